@@ -1,0 +1,55 @@
+"""trunner: run untrusted work in a jailed subprocess from trio, get back
+exactly one verified answer.
+
+Exports are lazy: the worker's helper stage imports `trunner.helper` through
+this package and must not pay for trio or msgspec.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trunner.errors import Reason as Reason, RunnerError as RunnerError
+    from trunner.helper import (
+        PROCESS_COUNT_EXIT as PROCESS_COUNT_EXIT,
+        SANDBOX_SETUP_EXIT as SANDBOX_SETUP_EXIT,
+    )
+    from trunner.limits import Limits as Limits
+    from trunner.protocol import ExecRequest as ExecRequest, ExecResult as ExecResult
+    from trunner.rules import (
+        provider_profile_template_blake3 as provider_profile_template_blake3,
+    )
+    from trunner.runner import Result as Result, Runner as Runner
+    from trunner.worker import WORKER_BINARY as WORKER_BINARY, locate_worker as locate_worker
+
+_WHERE = {
+    "Reason": "trunner.errors",
+    "RunnerError": "trunner.errors",
+    "PROCESS_COUNT_EXIT": "trunner.helper",
+    "SANDBOX_SETUP_EXIT": "trunner.helper",
+    "Limits": "trunner.limits",
+    "ExecRequest": "trunner.protocol",
+    "ExecResult": "trunner.protocol",
+    "provider_profile_template_blake3": "trunner.rules",
+    "Result": "trunner.runner",
+    "Runner": "trunner.runner",
+    "WORKER_BINARY": "trunner.worker",
+    "locate_worker": "trunner.worker",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trunner' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

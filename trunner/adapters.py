@@ -1,0 +1,140 @@
+"""Adapter modes: read one request frame from stdin, write one response frame.
+
+Built in: `echo` (returns its request) and `exec` (runs an argv inside the
+same jail). A user mode is a `package.module:function` spec. An exception
+exits 1 with its traceback on stderr and no frame. After the frame is
+written the process leaves with `os._exit(0)`, skipping interpreter teardown.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import msgspec
+
+from trunner.protocol import HEADER_BYTES, ExecRequest, ExecResult, encode_frame
+
+BUILTIN_MODES = ("echo", "exec")
+
+
+def echo(request: Any) -> Any:
+    return request
+
+
+def serve(mode: str) -> int:
+    """Serve one request in `mode`. Returns only on a usage error."""
+    try:
+        fn, request_type = _resolve(mode)
+    except (ImportError, AttributeError, ValueError) as e:
+        sys.stderr.write(f"trunner-worker: unknown mode {mode!r}: {e}\n")
+        return 2
+    try:
+        request = msgspec.msgpack.decode(_read_request(), type=request_type)
+        frame = encode_frame(fn(request))
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    _write_all(1, frame)
+    os._exit(0)
+
+
+def _resolve(mode: str) -> tuple[Callable[[Any], Any], Any]:
+    if mode == "echo":
+        return echo, Any
+    if mode == "exec":
+        return run_exec, ExecRequest
+    module, sep, attr = mode.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError("expected 'echo', 'exec' or 'package.module:function'")
+    fn = getattr(importlib.import_module(module), attr)
+    if not callable(fn):
+        raise ValueError(f"{mode} is not callable")
+    return fn, Any
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError(f"request truncated: {n - left} of {n} bytes")
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _read_request() -> bytes:
+    size = int.from_bytes(_read_exact(0, HEADER_BYTES), "big")
+    return _read_exact(0, size)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def run_exec(request: ExecRequest) -> ExecResult:
+    """Run `request.argv` in this jail and capture its output, bounded.
+
+    Output past a cap is forwarded to this worker's own stream, so the
+    parent sees its cap crossed and reports `stdout_cap` / `stderr_cap`.
+    """
+    import selectors
+    import subprocess
+
+    proc = subprocess.Popen(
+        request.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdin and proc.stdout and proc.stderr
+    caps = {proc.stdout.fileno(): (request.stdout_max_bytes, 1),
+            proc.stderr.fileno(): (request.stderr_max_bytes, 2)}
+    bufs: dict[int, bytearray] = {fd: bytearray() for fd in caps}
+    pending = memoryview(request.stdin)
+    with selectors.DefaultSelector() as sel:
+        for fd in caps:
+            sel.register(fd, selectors.EVENT_READ)
+        if pending:
+            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        while sel.get_map():
+            for key, _ in sel.select():
+                fd = key.fd
+                if fd not in caps:
+                    try:
+                        pending = pending[os.write(fd, pending[: 1 << 16]) :]
+                    except BrokenPipeError:
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(fd)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(fd)
+                    continue
+                buf = bufs[fd]
+                buf += chunk
+                cap, own_fd = caps[fd]
+                if len(buf) > cap:
+                    proc.kill()
+                    _write_all(own_fd, bytes(buf))
+                    _die()
+    code = proc.wait()
+    return ExecResult(
+        exit_code=code if code >= 0 else None,
+        signal=-code if code < 0 else None,
+        stdout=bytes(bufs[proc.stdout.fileno()]),
+        stderr=bytes(bufs[proc.stderr.fileno()]),
+    )
+
+
+def _die() -> NoReturn:
+    os._exit(1)

@@ -1,0 +1,127 @@
+"""The `trunner` command: run a mode, exec a program, or check this host.
+
+Output is one JSON object on stdout. Bytes are base64 strings (msgspec's
+JSON encoding) unless `--text` asks for UTF-8 text. On a `RunnerError` it
+prints `{"error": REASON, "detail": ...}` and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import msgspec
+
+
+def _limits_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=float, help="wall-clock limit, seconds")
+    parser.add_argument("--stdout-cap", type=int, help="stdout cap, bytes")
+    parser.add_argument("--stderr-cap", type=int, help="stderr cap, bytes")
+    parser.add_argument("--cpu", type=int, help="CPU time limit, seconds")
+    parser.add_argument("--memory", type=int, help="address-space limit, bytes")
+    parser.add_argument("--processes", type=int, help="process limit")
+
+
+def _limits(args: argparse.Namespace) -> Any:
+    from trunner.limits import Limits
+
+    changes = {
+        name: value
+        for name, value in (
+            ("wall_time_s", args.timeout),
+            ("stdout_max_bytes", args.stdout_cap),
+            ("stderr_max_bytes", args.stderr_cap),
+            ("cpu_time_s", args.cpu),
+            ("address_space_bytes", args.memory),
+            ("processes", args.processes),
+        )
+        if value is not None
+    }
+    return Limits.from_mapping(changes)
+
+
+def _print(obj: object) -> None:
+    sys.stdout.buffer.write(msgspec.json.encode(obj) + b"\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trunner", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a worker mode on one request")
+    run.add_argument("mode")
+    run.add_argument("--request", default="null", help="the request as JSON, or - for stdin")
+    run.add_argument("--import-path", action="append", default=[], help="where user modes live")
+    _limits_args(run)
+    ex = sub.add_parser("exec", help="run a program inside the jail")
+    ex.add_argument("--text", action="store_true", help="print stdout/stderr as UTF-8 text")
+    ex.add_argument("--stdin", default="", help="text fed to the program's stdin")
+    _limits_args(ex)
+    ex.add_argument("argv", nargs="+")
+    doctor = sub.add_parser("doctor", help="what this host supports; exit 0 if a run would work")
+    doctor.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "doctor":
+        return _doctor(args.json)
+    import trio
+
+    try:
+        return trio.run(_run, args)
+    except ValueError as e:  # bad limits or request
+        _print({"error": "bad_request", "detail": str(e)})
+        return 2
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from trunner.errors import RunnerError
+    from trunner.runner import Runner
+
+    limits = _limits(args)
+    try:
+        if args.command == "run":
+            runner = Runner(limits=limits, import_paths=args.import_path)
+            text = sys.stdin.read() if args.request == "-" else args.request
+            result = await runner.run(args.mode, msgspec.json.decode(text))
+            _print({"response": result.response, "rules_version": result.rules_version})
+        else:
+            runner = Runner(limits=limits)
+            res = await runner.exec(args.argv, stdin=args.stdin.encode())
+            out: dict[str, object] = msgspec.structs.asdict(res.response)
+            if args.text:
+                out["stdout"] = res.response.stdout.decode(errors="replace")
+                out["stderr"] = res.response.stderr.decode(errors="replace")
+            out["rules_version"] = res.rules_version
+            _print(out)
+    except RunnerError as e:
+        _print({"error": e.reason.value, "detail": e.detail})
+        return 1
+    return 0
+
+
+def _doctor(as_json: bool) -> int:
+    import dataclasses
+
+    from trunner.errors import RunnerError
+    from trunner.runner import Runner
+
+    try:
+        runner = Runner()
+        host = runner.backend.probe()
+        report: dict[str, object] = dataclasses.asdict(host)
+        report["rules_version"] = runner.rules_version()
+        report["worker"] = runner.worker
+    except RunnerError as e:
+        report = {"refusal": e.reason.value, "refusal_detail": e.detail}
+    ok = report.get("refusal") is None
+    report["can_run"] = ok
+    if as_json:
+        _print(report)
+    else:
+        for key, value in report.items():
+            print(f"{key:>20}: {value}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

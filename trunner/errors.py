@@ -1,0 +1,81 @@
+"""The one error type of trunner and its machine-readable reasons.
+
+Pure: imports nothing from trunner and nothing heavy. `Reason` values are API
+(callers match on them, the README lists them); the text is for people.
+A `RunnerError` never carries the child's stdout: no partial result, ever.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import final
+
+
+class Reason(enum.StrEnum):
+    """Why an invocation produced no result. The values are stable API."""
+
+    # Limits the parent enforces.
+    TIMEOUT = "timeout"
+    STDOUT_CAP = "stdout_cap"
+    STDERR_CAP = "stderr_cap"
+    DRAIN_TIMEOUT = "drain_timeout"
+    # The child's end.
+    NONZERO_EXIT = "nonzero_exit"
+    KILLED_BY_SIGNAL = "killed_by_signal"
+    SYSCALL_DENIED = "syscall_denied"
+    # The one-frame protocol.
+    NO_FRAME = "no_frame"
+    TRUNCATED_FRAME = "truncated_frame"
+    OVERSIZED_FRAME = "oversized_frame"
+    TRAILING_BYTES = "trailing_bytes"
+    BAD_FRAME = "bad_frame"
+    # Before or while starting the child.
+    SPAWN_FAILED = "spawn_failed"
+    WORKER_NOT_FOUND = "worker_not_found"
+    UNKNOWN_MODE = "unknown_mode"
+    BAD_REQUEST = "bad_request"
+    SANDBOX_SETUP = "sandbox_setup"
+    PROCESS_COUNT = "process_count"
+    PROCESS_LIMIT_UNAVAILABLE = "process_limit_unavailable"
+    UNSUPPORTED_PLATFORM = "unsupported_platform"
+
+
+#: The reasons that mean "the child went past a limit the caller set".
+LIMIT_BREACHES = frozenset(
+    {Reason.TIMEOUT, Reason.STDOUT_CAP, Reason.STDERR_CAP, Reason.DRAIN_TIMEOUT}
+)
+
+
+@final
+class RunnerError(Exception):
+    """An invocation failed closed.
+
+    Attributes:
+        reason: what went wrong, as a `Reason`.
+        detail: one human-readable line; may hold a bounded stderr excerpt.
+        exit_status: the child's exit code, when it exited.
+        signal: the signal number that killed the child, when one did.
+    """
+
+    def __init__(
+        self,
+        reason: Reason,
+        detail: str,
+        *,
+        exit_status: int | None = None,
+        signal: int | None = None,
+    ) -> None:
+        super().__init__(f"{detail} [{reason}]")
+        self.reason = reason
+        self.detail = detail
+        self.exit_status = exit_status
+        self.signal = signal
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (self.reason, self.detail, self.exit_status, self.signal))
+
+
+def _rebuild(
+    reason: Reason, detail: str, exit_status: int | None, signal: int | None
+) -> RunnerError:
+    return RunnerError(reason, detail, exit_status=exit_status, signal=signal)

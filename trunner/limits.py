@@ -1,0 +1,94 @@
+"""Resource and output limits for one adapter class.
+
+`Limits` is a frozen, keyword-only, closed msgspec Struct; every field carries
+its unit in its name. Values built in code and values decoded from config go
+through the same checks (`Limits.from_mapping` uses `msgspec.convert`).
+Units are converted once, where the limit is applied (linux.py).
+"""
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, get_type_hints
+
+import msgspec
+from msgspec import Meta, Struct
+
+KiB: Final = 1024
+MiB: Final = 1024 * KiB
+GiB: Final = 1024 * MiB
+
+
+class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Resource and output limits for one adapter class.
+
+    Defaults suit a short computation: 10 s wall, 1 MiB of response, 1 GiB of
+    address space (CPython with msgspec needs a few hundred MiB of mappings).
+    """
+
+    wall_time_s: Annotated[float, Meta(gt=0, le=86400)] = 10.0
+    stdout_max_bytes: Annotated[int, Meta(ge=0, le=2**32 + 3)] = 1 * MiB
+    stderr_max_bytes: Annotated[int, Meta(ge=0, le=1 * GiB)] = 64 * KiB
+    cpu_time_s: Annotated[int, Meta(ge=1, le=86400)] = 10
+    address_space_bytes: Annotated[int, Meta(ge=64 * MiB, le=2**46)] = 1 * GiB
+    processes: Annotated[int, Meta(ge=1, le=4096)] = 32
+    open_files: Annotated[int, Meta(ge=16, le=65536)] = 256
+    file_size_bytes: Annotated[int, Meta(ge=0, le=2**46)] = 64 * MiB
+
+    def __post_init__(self) -> None:
+        # Meta constraints are only checked on decode/convert; check here too so
+        # `Limits(...)` in code and `Limits.from_mapping(...)` agree.
+        msgspec.convert(msgspec.structs.asdict(self), _Checked)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> "Limits":
+        """Build limits from untrusted config (e.g. parsed TOML/JSON).
+
+        Raises:
+            msgspec.ValidationError: a ValueError naming the offending field.
+        """
+        return msgspec.convert(dict(data), cls)
+
+    def replace(self, **changes: Any) -> "Limits":
+        """A copy with some fields changed, validated again."""
+        return Limits.from_mapping({**msgspec.structs.asdict(self), **changes})
+
+
+# The same fields and constraints without __post_init__, so that
+# `Limits.__post_init__` can validate through msgspec without recursing.
+_Checked = msgspec.defstruct(
+    "_Checked",
+    list(get_type_hints(Limits, include_extras=True).items()),
+    kw_only=True,
+    forbid_unknown_fields=True,
+)
+
+
+#: Named presets for adapter classes.
+PRESETS: Final[Mapping[str, Limits]] = {
+    "default": Limits(),
+    # A quick pure computation: tight everything.
+    "quick": Limits(
+        wall_time_s=2.0,
+        cpu_time_s=2,
+        stdout_max_bytes=64 * KiB,
+        stderr_max_bytes=16 * KiB,
+        processes=4,
+    ),
+    # Running a tool (compiler, formatter): more time, room for children.
+    "tool": Limits(
+        wall_time_s=60.0,
+        cpu_time_s=60,
+        stdout_max_bytes=16 * MiB,
+        stderr_max_bytes=1 * MiB,
+        address_space_bytes=4 * GiB,
+        processes=64,
+        file_size_bytes=256 * MiB,
+    ),
+    # Producing a large reply (e.g. a rendered artifact).
+    "bulk": Limits(
+        wall_time_s=120.0,
+        cpu_time_s=120,
+        stdout_max_bytes=512 * MiB,
+        address_space_bytes=4 * GiB,
+        file_size_bytes=1 * GiB,
+    ),
+}

@@ -1,0 +1,251 @@
+"""`Runner`: runs worker modes under the platform jail.
+
+One call to `run()` is one invocation: a fresh 0700 temp dir as the jail,
+the backend's jailed command, one supervised child (nursery_run.py), then a
+verdict: a response only from a child that exited 0 after writing exactly
+one complete frame, otherwise a `RunnerError`. The jail dir and every host
+resource are released on every path, cancellation included.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import os
+import re
+import shutil
+import signal
+import tempfile
+from collections.abc import Sequence
+from typing import Any, Final, Generic, TypeVar, final
+
+import msgspec
+import trio
+
+from trunner import jail as _jail
+from trunner.errors import Reason, RunnerError
+from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
+from trunner.limits import Limits
+from trunner.nursery_run import Outcome, supervise
+from trunner.protocol import HEADER_BYTES, ExecRequest, ExecResult, decode_single_frame, encode_frame
+from trunner.spawn import spawn
+from trunner.worker import locate_worker
+
+T = TypeVar("T")
+
+#: Most stderr bytes quoted in a `RunnerError.detail`.
+STDERR_EXCERPT_BYTES: Final = 2000
+_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+BUILTIN_MODES: Final = ("echo", "exec")
+
+
+@final
+class Result(msgspec.Struct, Generic[T], frozen=True):
+    """A verified response and the rules version it was produced under."""
+
+    response: T
+    rules_version: str
+
+
+@final
+class Runner:
+    """Runs worker modes under the platform jail.
+
+    Args:
+        limits: default limits for every run (a run may pass its own).
+        import_paths: directories user modes are imported from; the jail
+            may read them and they become the worker's PYTHONPATH.
+        temp_root: where jail dirs are made (default: the system temp dir).
+        worker: the worker binary (default: `locate_worker()`).
+
+    Raises:
+        RunnerError: `unsupported_platform`, `worker_not_found`,
+            `sandbox_setup` or `process_limit_unavailable` when this host
+            cannot run jailed; never falls back to running unjailed.
+    """
+
+    def __init__(
+        self,
+        *,
+        limits: Limits | None = None,
+        import_paths: Sequence[str] = (),
+        temp_root: str | None = None,
+        worker: str | None = None,
+        _backend_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.limits = limits if limits is not None else Limits()
+        if not isinstance(self.limits, Limits):
+            raise TypeError("limits must be a trunner.Limits")
+        self.import_paths = tuple(os.path.abspath(p) for p in import_paths)
+        for path in self.import_paths:
+            if not os.path.isdir(path):
+                raise ValueError(f"import path {path!r} is not a directory")
+        self.temp_root = temp_root
+        self.worker = worker if worker is not None else locate_worker()
+        self._backend = _jail.platform_backend(
+            self.worker, import_paths=self.import_paths, **(_backend_options or {})
+        )
+        self._backend.check()
+
+    @property
+    def backend(self) -> _jail.JailBackend:
+        return self._backend
+
+    def rules_version(self, limits: Limits | None = None) -> str:
+        """The effective rules version for runs with `limits`."""
+        from trunner.rules import effective_rules_version
+
+        return effective_rules_version(self._backend, limits or self.limits)
+
+    def resolve_mode(self, mode: str) -> str:
+        """The mode as the worker understands it.
+
+        Raises:
+            RunnerError: `unknown_mode`.
+        """
+        if mode in BUILTIN_MODES:
+            return mode
+        entry_points = _mode_entry_points()
+        if mode in entry_points:
+            return entry_points[mode]
+        if _SPEC.match(mode):
+            top = mode.split(":")[0].split(".")[0]
+            search = [*self.import_paths, *_site_paths()]
+            if importlib.machinery.PathFinder.find_spec(top, search) is not None:
+                return mode
+            raise RunnerError(Reason.UNKNOWN_MODE, f"no module {top!r} for mode {mode!r}")
+        raise RunnerError(
+            Reason.UNKNOWN_MODE,
+            f"unknown mode {mode!r}: not built in ({', '.join(BUILTIN_MODES)}), not an entry"
+            " point in group 'trunner.modes', not a 'package.module:function' spec",
+        )
+
+    async def run(
+        self,
+        mode: str,
+        request: object = None,
+        *,
+        limits: Limits | None = None,
+        response_type: type[T] | Any = Any,
+    ) -> Result[T]:
+        """Run `mode` on `request` in a fresh jail and return its response.
+
+        Raises:
+            RunnerError: with any `Reason`; never with a partial result.
+        """
+        limits = self.limits if limits is None else limits
+        if not isinstance(limits, Limits):
+            raise TypeError("limits must be a trunner.Limits")
+        adapter_argv = (self.worker, self.resolve_mode(mode))
+        frame = encode_frame(request)
+        rules_version = self.rules_version(limits)
+        outcome = await self._invoke(adapter_argv, frame, limits)
+        return Result(judge(outcome, limits, response_type), rules_version)
+
+    async def exec(
+        self, argv: Sequence[str], *, stdin: bytes = b"", limits: Limits | None = None
+    ) -> Result[ExecResult]:
+        """Run a program inside the jail (`exec` mode)."""
+        limits = self.limits if limits is None else limits
+        request = ExecRequest(
+            argv=list(argv),
+            stdin=stdin,
+            stdout_max_bytes=limits.stdout_max_bytes,
+            stderr_max_bytes=limits.stderr_max_bytes,
+        )
+        return await self.run("exec", request, limits=limits, response_type=ExecResult)
+
+    async def _invoke(self, adapter_argv: Sequence[str], frame: bytes, limits: Limits) -> Outcome:
+        try:
+            jail_dir = tempfile.mkdtemp(prefix="trunner-", dir=self.temp_root)
+        except OSError as e:
+            raise RunnerError(
+                Reason.SPAWN_FAILED, f"cannot make the jail dir: {e.strerror} (errno {e.errno})"
+            ) from None
+        try:
+            jail = self._backend.open_jail(
+                jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits
+            )
+            try:
+                deadline = trio.current_time() + limits.wall_time_s
+                child = await spawn(jail.command)
+                return await supervise(
+                    child,
+                    frame,
+                    deadline=deadline,
+                    stdout_max_bytes=limits.stdout_max_bytes,
+                    stderr_max_bytes=limits.stderr_max_bytes,
+                )
+            finally:
+                with trio.CancelScope(shield=True):
+                    await jail.release()
+        finally:
+            remove_tree(jail_dir)
+
+
+def judge(outcome: Outcome, limits: Limits, response_type: Any = Any) -> Any:
+    """The verdict on one finished invocation: its response, or the error."""
+    if outcome.failure is not None:
+        raise RunnerError(outcome.failure, outcome.detail, **_status(outcome.exit_code))
+    code = outcome.exit_code
+    assert code is not None
+    excerpt = outcome.stderr[-STDERR_EXCERPT_BYTES:].decode(errors="replace").strip()
+    first_line = excerpt.splitlines()[0] if excerpt else ""
+    if code in (SANDBOX_SETUP_EXIT, PROCESS_COUNT_EXIT) and first_line.startswith(
+        "trunner-helper:"
+    ):
+        reason = Reason.SANDBOX_SETUP if code == SANDBOX_SETUP_EXIT else Reason.PROCESS_COUNT
+        raise RunnerError(reason, first_line.removeprefix("trunner-helper: "), exit_status=code)
+    if code < 0:
+        sig = -code
+        if sig == signal.SIGSYS:
+            raise RunnerError(
+                Reason.SYSCALL_DENIED, "killed by SIGSYS: a syscall outside the allow-list",
+                signal=sig,
+            )
+        raise RunnerError(
+            Reason.KILLED_BY_SIGNAL, f"killed by {signal.Signals(sig).name}; stderr: {excerpt}",
+            signal=sig,
+        )
+    if code != 0:
+        raise RunnerError(
+            Reason.NONZERO_EXIT, f"exited {code}; stderr: {excerpt}", exit_status=code
+        )
+    return decode_single_frame(
+        outcome.stdout, response_type,
+        max_body_bytes=max(limits.stdout_max_bytes - HEADER_BYTES, 0),
+    )
+
+
+def _status(code: int | None) -> dict[str, int | None]:
+    if code is None:
+        return {}
+    return {"signal": -code} if code < 0 else {"exit_status": code}
+
+
+def remove_tree(path: str) -> None:
+    """Remove a jail dir whatever the child did to its modes."""
+
+    def make_writable(fn: Any, failed: str, exc: Any) -> None:
+        os.chmod(os.path.dirname(failed), 0o700)
+        if os.path.isdir(failed) and not os.path.islink(failed):
+            os.chmod(failed, 0o700)
+            shutil.rmtree(failed, onerror=make_writable)
+        else:
+            os.unlink(failed)
+
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=make_writable)
+
+
+@functools.cache
+def _mode_entry_points() -> dict[str, str]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep.value for ep in entry_points(group="trunner.modes")}
+
+
+def _site_paths() -> list[str]:
+    import sys
+
+    return [p for p in sys.path if p]

@@ -1,0 +1,175 @@
+"""Starting a child and owning its pid until it is reaped.
+
+Every child is forked from one long-lived thread, so that a parent-death
+signal armed in the child (it follows the forking *thread*) fires only when
+the process dies; trio's own spawn forks from a worker thread it retires
+after idling. The parent keeps a pidfd so it can wait for exit without
+reaping, kill the group while the leader's pid is still held, then reap.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import queue
+import signal
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import outcome
+import trio
+
+from trunner.errors import Reason, RunnerError
+from trunner.jail import Command
+
+#: Pipe buffer asked for on stdout: 1 MiB reads then move a whole pipe at once.
+PIPE_BYTES = 1024 * 1024
+
+
+@dataclass(eq=False)
+class Child:
+    """A spawned process-group leader that has not been reaped yet."""
+
+    pid: int
+    pidfd: int
+    stdin: trio.lowlevel.FdStream
+    stdout: trio.lowlevel.FdStream
+    stderr: trio.lowlevel.FdStream
+    _popen: subprocess.Popen[bytes]
+    wait_status: int | None = None
+
+    @property
+    def has_exited(self) -> bool:
+        """Whether the leader has exited (it may still be unreaped)."""
+        import select
+
+        return bool(select.select([self.pidfd], [], [], 0)[0])
+
+    async def wait_exit(self) -> None:
+        """Wait until the leader exits, without reaping it."""
+        await trio.lowlevel.wait_readable(self.pidfd)
+
+    def kill_group(self) -> None:
+        """SIGKILL the whole process group. Safe until `reap()`: the
+        unreaped leader holds the pgid, so it cannot name another group."""
+        if self.wait_status is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def reap(self) -> int:
+        """Collect the exited leader; returns the raw wait status."""
+        if self.wait_status is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.wait_status = status
+            self._popen.returncode = os.waitstatus_to_exitcode(status)
+            os.close(self.pidfd)
+        return self.wait_status
+
+    async def aclose_streams(self) -> None:
+        for stream in (self.stdin, self.stdout, self.stderr):
+            await stream.aclose()
+
+
+class _SpawnThread:
+    """One daemon thread that does every fork, for the life of the process."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], object], Callable[[object], None]]]
+        self._jobs = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="trunner-spawn", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            job, done = self._jobs.get()
+            done(outcome.capture(job))
+
+    def submit(self, job: Callable[[], object], done: Callable[[object], None]) -> None:
+        self._jobs.put((job, done))
+
+
+_spawner: _SpawnThread | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawn_thread() -> _SpawnThread:
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or not _spawner._thread.is_alive():
+            _spawner = _SpawnThread()
+        return _spawner
+
+
+def _popen(cmd: Command) -> tuple[subprocess.Popen[bytes], int, tuple[int, int, int]]:
+    fds: list[int] = []
+    try:
+        for _ in range(3):
+            fds.extend(os.pipe2(os.O_CLOEXEC))
+        in_r, in_w, out_r, out_w, err_r, err_w = fds
+        try:
+            fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass  # above /proc/sys/fs/pipe-max-size for this user: keep the default
+        popen = subprocess.Popen(
+            list(cmd.argv),
+            stdin=in_r,
+            stdout=out_w,
+            stderr=err_w,
+            cwd=cmd.cwd,
+            env=dict(cmd.env),
+            close_fds=True,
+            start_new_session=True,
+        )
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except BaseException:
+        os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
+        for fd in (in_w, out_r, err_r):
+            os.close(fd)
+        raise
+    return popen, pidfd, (in_w, out_r, err_r)
+
+
+async def spawn(cmd: Command) -> Child:
+    """Start `cmd` as the leader of a new session and process group.
+
+    Raises:
+        RunnerError: `spawn_failed`, naming the errno.
+    """
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+    box: list[outcome.Outcome[tuple[subprocess.Popen[bytes], int, tuple[int, int, int]]]] = []
+
+    def finish(result: object) -> None:
+        box.append(result)  # type: ignore[arg-type]
+        token.run_sync_soon(done.set)
+
+    _spawn_thread().submit(lambda: _popen(cmd), finish)
+    # Shielded: a cancel here would orphan a child that is being born.
+    with trio.CancelScope(shield=True):
+        await done.wait()
+    try:
+        popen, pidfd, (in_w, out_r, err_r) = box[0].unwrap()
+    except OSError as e:
+        raise RunnerError(
+            Reason.SPAWN_FAILED, f"cannot start {cmd.argv[0]}: {e.strerror} (errno {e.errno})"
+        ) from None
+    return Child(
+        pid=popen.pid,
+        pidfd=pidfd,
+        stdin=trio.lowlevel.FdStream(in_w),
+        stdout=trio.lowlevel.FdStream(out_r),
+        stderr=trio.lowlevel.FdStream(err_r),
+        _popen=popen,
+    )
