@@ -62,10 +62,11 @@ async def supervise(
     result = Outcome()
     try:
         async with trio.open_nursery() as nursery:
-            until_exit = trio.CancelScope()
-            nursery.start_soon(_until_exit, until_exit, _feed, child.stdin, request)
+            # The feeder and the killer have nothing to do once the child exits.
+            until_exit = (trio.CancelScope(), trio.CancelScope())
+            nursery.start_soon(_until_exit, until_exit[0], _feed, child.stdin, request)
             nursery.start_soon(
-                _until_exit, until_exit, _kill_at, deadline, child, result, nursery.cancel_scope
+                _until_exit, until_exit[1], _kill_at, deadline, child, result, nursery.cancel_scope
             )
             nursery.start_soon(
                 _drain, child.stdout, stdout_max_bytes, result.stdout, Reason.STDOUT_CAP,
@@ -77,7 +78,8 @@ async def supervise(
             )
             await child.wait_exit()
             child.kill_group()
-            until_exit.cancel()
+            for scope in until_exit:
+                scope.cancel()
             nursery.cancel_scope.deadline = trio.current_time() + drain_grace_s
         if nursery.cancel_scope.cancelled_caught:
             result.fail(

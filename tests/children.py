@@ -1,0 +1,119 @@
+"""Worker modes for tests: each misbehaves in one precise way.
+
+Imported inside the jail as user modes (`children:NAME`); the tests put this
+directory on the Runner's import paths. Only stdlib and trunner here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from trunner.protocol import encode_frame
+
+
+def _out(data: bytes, fd: int = 1) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def frame_then_byte(req: Any) -> None:
+    _out(encode_frame(req) + b"x")
+    os._exit(0)
+
+
+def two_frames(req: Any) -> Any:
+    _out(encode_frame(req))
+    return req  # the worker writes the second frame
+
+
+def half_header(req: Any) -> None:
+    _out(b"\x00\x00")
+    os._exit(0)
+
+
+def huge_length(req: Any) -> None:
+    _out(b"\xff\xff\xff\xff")
+    os._exit(0)
+
+
+def frame_then_exit1(req: Any) -> None:
+    _out(encode_frame(req))
+    os._exit(1)
+
+
+def frame_then_signal(req: Any) -> None:
+    _out(encode_frame(req))
+    os.kill(os.getpid(), req)
+
+
+def raise_error(req: Any) -> None:
+    raise RuntimeError("boom from the child")
+
+
+def sleep_ignoring_term(req: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(10**6)
+
+
+def write_then_sleep(req: dict[str, int]) -> None:
+    """Write req['n'] bytes to fd req['fd'] then hang: only a cap can end it."""
+    _out(b"a" * req["n"], req["fd"])
+    time.sleep(10**6)
+
+
+def stderr_then_reply(req: dict[str, int]) -> str:
+    _out(b"e" * req["n"], 2)
+    return "ok"
+
+
+def exact_stdout(req: int) -> None:
+    """Write one frame whose total length is exactly `req` bytes."""
+    for header in (6, 7, 9):  # msgpack bin8, bin16, bin32 headers
+        frame = encode_frame(b"x" * max(req - header, 0))
+        if len(frame) == req:
+            _out(frame)
+            os._exit(0)
+    raise ValueError(f"no frame of exactly {req} bytes")
+
+
+def grandchild_holds_stdout(req: Any) -> int:
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(10**6)
+        os._exit(0)
+    return pid
+
+
+def spin(req: Any) -> None:
+    while True:
+        pass
+
+
+def status(req: Any) -> dict[str, Any]:
+    with open("/proc/self/status") as f:
+        text = f.read()
+    return {
+        "status": text,
+        "environ": dict(os.environ),
+        "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+        "cwd": os.getcwd(),
+        "pid": os.getpid(),
+        "pgid": os.getpgid(0),
+        "sid": os.getsid(0),
+        "uid": os.getuid(),
+    }
+
+
+def sleep(req: float) -> str:
+    time.sleep(req)
+    return "slept"
+
+
+def pid_then_sleep(req: Any) -> None:
+    """Announce the pid on stderr, then hang."""
+    _out(f"pid={os.getpid()}\n".encode(), 2)
+    time.sleep(10**6)

@@ -1,0 +1,79 @@
+"""Shared fixtures: a real Runner, and a leak check around every test."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def child_pids() -> list[int]:
+    pids: list[int] = []
+    for path in glob.glob("/proc/self/task/*/children"):
+        with open(path) as f:
+            pids += [int(p) for p in f.read().split()]
+    return pids
+
+
+def is_alive(pid: int) -> bool:
+    """Whether `pid` names a live (not zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def cgroup_dirs() -> set[str]:
+    from trunner.linux import CGROUP_DIR_NAME, probe_host
+
+    mech = probe_host().process_limit or ""
+    if not mech.startswith("pids_cgroup:"):
+        return set()
+    base = Path(mech.split(":", 1)[1], CGROUP_DIR_NAME)
+    return {p.name for p in base.iterdir() if p.is_dir()} if base.is_dir() else set()
+
+
+@pytest.fixture
+def jail_root(tmp_path: Path) -> Path:
+    root = tmp_path / "jails"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(jail_root: Path) -> Iterator[None]:
+    """Every test leaves no fd, child process, jail dir or cgroup behind."""
+    fds, cgroups = open_fds(), cgroup_dirs()
+    yield
+    assert child_pids() == [], "a child process outlived the test"
+    assert open_fds() == fds, "an fd leaked"
+    assert list(jail_root.iterdir()) == [], "a jail dir was left behind"
+    assert cgroup_dirs() == cgroups, "a cgroup was left behind"
+
+
+@pytest.fixture
+def runner(jail_root: Path):  # type: ignore[no-untyped-def]
+    from trunner import Limits, Runner
+
+    return Runner(
+        import_paths=[TESTS_DIR], temp_root=str(jail_root), limits=Limits(wall_time_s=20.0)
+    )

@@ -1,0 +1,169 @@
+"""The invocation contract end to end, with real children under the real jail."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from conftest import child_pids, group_alive, is_alive
+from trunner import ExecResult, Limits, Reason, Runner, RunnerError
+from trunner.protocol import encode_frame
+
+KiB = 1024
+
+
+async def fails(runner: Runner, mode: str, request: Any = None, **kw: Any) -> RunnerError:
+    with pytest.raises(RunnerError) as info:
+        await runner.run(mode, request, **kw)
+    assert not hasattr(info.value, "response")
+    return info.value
+
+
+async def test_echo_round_trip(runner: Runner) -> None:
+    request = {"hello": [1, 2.5, "x", b"\x00\xff"], "n": None}
+    result = await runner.run("echo", request)
+    assert result.response == request
+    assert len(result.rules_version) == 64
+    int(result.rules_version, 16)
+
+
+async def test_exec_mode_runs_a_program_in_the_jail(runner: Runner) -> None:
+    result = await runner.exec(["/bin/sh", "-c", "cat; echo err >&2; exit 3"], stdin=b"in\n")
+    assert result.response == ExecResult(exit_code=3, signal=None, stdout=b"in\n", stderr=b"err\n")
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("children:frame_then_byte", Reason.TRAILING_BYTES),
+        ("children:two_frames", Reason.TRAILING_BYTES),
+        ("children:half_header", Reason.TRUNCATED_FRAME),
+    ],
+)
+async def test_frame_violations(runner: Runner, mode: str, reason: Reason) -> None:
+    assert (await fails(runner, mode, {"a": 1})).reason is reason
+
+
+async def test_huge_length_prefix_is_oversized_without_allocating(runner: Runner) -> None:
+    limits = runner.limits.replace(stdout_max_bytes=1 * KiB)
+    e = await fails(runner, "children:huge_length", limits=limits)
+    assert e.reason is Reason.OVERSIZED_FRAME
+    assert str(2**32 - 1) in e.detail
+
+
+async def test_frame_then_exit_1_is_nonzero_exit(runner: Runner) -> None:
+    e = await fails(runner, "children:frame_then_exit1", "x")
+    assert (e.reason, e.exit_status) == (Reason.NONZERO_EXIT, 1)
+
+
+async def test_exception_in_mode_is_nonzero_exit_with_excerpt(runner: Runner) -> None:
+    e = await fails(runner, "children:raise_error")
+    assert e.reason is Reason.NONZERO_EXIT
+    assert "boom from the child" in e.detail
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGABRT, signal.SIGKILL])
+async def test_frame_then_signal_is_killed_by_signal(runner: Runner, sig: int) -> None:
+    e = await fails(runner, "children:frame_then_signal", int(sig))
+    assert (e.reason, e.signal) == (Reason.KILLED_BY_SIGNAL, sig)
+    assert signal.Signals(sig).name in e.detail
+
+
+async def test_deadline_kills_a_child_that_ignores_sigterm(
+    runner: Runner, autojump_clock: trio.testing.MockClock
+) -> None:
+    limits = runner.limits.replace(wall_time_s=5.0)
+    start = trio.current_time()
+    e = await fails(runner, "children:sleep_ignoring_term", limits=limits)
+    assert e.reason is Reason.TIMEOUT
+    assert trio.current_time() - start == pytest.approx(5.0, abs=0.5)
+
+
+async def test_deadline_real_clock_pid_gone(runner: Runner) -> None:
+    seen: list[int] = []
+
+    async def watch() -> None:
+        while not seen:
+            seen.extend(child_pids())
+            await trio.sleep(0.01)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        e = await fails(
+            runner, "children:sleep_ignoring_term", limits=runner.limits.replace(wall_time_s=2.0)
+        )
+    assert e.reason is Reason.TIMEOUT
+    assert seen and not any(is_alive(p) or group_alive(p) for p in seen)
+
+
+@pytest.mark.parametrize(("fd", "reason"), [(1, Reason.STDOUT_CAP), (2, Reason.STDERR_CAP)])
+async def test_cap_crossed_by_one_byte(runner: Runner, fd: int, reason: Reason) -> None:
+    cap = 100 * KiB
+    limits = runner.limits.replace(stdout_max_bytes=cap, stderr_max_bytes=cap)
+    e = await fails(runner, "children:write_then_sleep", {"n": cap + 1, "fd": fd}, limits=limits)
+    assert e.reason is reason
+    # The exact cap is not a breach: the child then hangs until the deadline.
+    limits = limits.replace(wall_time_s=3.0)
+    e = await fails(runner, "children:write_then_sleep", {"n": cap, "fd": fd}, limits=limits)
+    assert e.reason is Reason.TIMEOUT
+
+
+async def test_output_of_exactly_the_cap_succeeds(runner: Runner) -> None:
+    cap = 4 * KiB
+    limits = runner.limits.replace(stdout_max_bytes=cap, stderr_max_bytes=cap)
+    result = await runner.run("children:exact_stdout", cap, limits=limits)
+    assert len(encode_frame(result.response)) == cap
+    result = await runner.run("children:stderr_then_reply", {"n": cap}, limits=limits)
+    assert result.response == "ok"
+
+
+async def test_grandchild_holding_stdout_is_killed_after_clean_exit(runner: Runner) -> None:
+    result = await runner.run("children:grandchild_holds_stdout")
+    grandchild = result.response
+    assert isinstance(grandchild, int)
+    assert not is_alive(grandchild)
+
+
+async def test_caller_cancellation_kills_group_and_removes_jail(runner: Runner) -> None:
+    seen: list[int] = []
+
+    async def watch() -> None:
+        while not seen:
+            seen.extend(child_pids())
+            await trio.sleep(0.005)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        with trio.move_on_after(1.5) as scope:
+            await runner.run("children:sleep", 1000)
+    assert scope.cancelled_caught
+    assert seen and not any(is_alive(p) or group_alive(p) for p in seen)
+
+
+async def test_unknown_mode_is_refused_before_spawn(runner: Runner) -> None:
+    for mode in ("nope", "no_such_module_xyz:fn", "bad spec:"):
+        e = await fails(runner, mode)
+        assert e.reason is Reason.UNKNOWN_MODE
+
+
+async def test_unencodable_request_is_refused_before_spawn(runner: Runner) -> None:
+    e = await fails(runner, "echo", object())
+    assert e.reason is Reason.BAD_REQUEST
+
+
+def test_invalid_limits_are_refused() -> None:
+    with pytest.raises(ValueError, match="wall_time_s"):
+        Limits(wall_time_s=0)
+    with pytest.raises(TypeError):
+        Runner(limits={"wall_time_s": 1})  # type: ignore[arg-type]
+
+
+async def test_missing_worker_is_worker_not_found_or_spawn_failed(jail_root: Any) -> None:
+    runner = Runner(temp_root=str(jail_root), worker="/nonexistent/trunner-worker")
+    e = await fails(runner, "echo")
+    assert e.reason is Reason.SPAWN_FAILED
+    assert "errno 2" in e.detail
