@@ -1,0 +1,78 @@
+"""nursery_run.supervise on its own: the post-exit drain bound.
+
+Under the jail no descendant can leave the process group (seccomp kills
+setsid), so the escaped-descendant case is driven here with a plain,
+unjailed child: this tests the supervision mechanism, not the jail.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import trio
+
+from conftest import is_alive
+from trunner.errors import Reason
+from trunner.jail import Command
+from trunner.nursery_run import supervise
+from trunner.spawn import spawn
+
+ESCAPE = """
+import os, sys, time
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    time.sleep(30)
+    os._exit(0)
+sys.stderr.write(f"{pid}\\n"); sys.stderr.flush()
+os._exit(0)
+"""
+
+
+async def test_escaped_descendant_holding_stdout_is_drain_timeout() -> None:
+    cmd = Command(argv=(sys.executable, "-I", "-c", ESCAPE), env={}, cwd="/")
+    child = await spawn(cmd)
+    start = trio.current_time()
+    outcome = await supervise(
+        child, b"", deadline=trio.current_time() + 20, stdout_max_bytes=100,
+        stderr_max_bytes=100, drain_grace_s=0.5,
+    )
+    elapsed = trio.current_time() - start
+    assert outcome.failure is Reason.DRAIN_TIMEOUT
+    assert outcome.exit_code == 0
+    assert elapsed < 10  # bounded by the grace, not by the grandchild's 30 s
+    escaped = int(outcome.stderr.split()[0])
+    assert is_alive(escaped)  # it really escaped the group kill
+    os.kill(escaped, 9)
+    for _ in range(500):  # init reaps it
+        if not is_alive(escaped):
+            break
+        await trio.sleep(0.01)
+    assert not is_alive(escaped)
+
+
+async def test_stdin_larger_than_the_pipe_is_fed_and_unread_stdin_is_fine() -> None:
+    data = os.urandom(3 * 1024 * 1024)
+    cmd = Command(argv=("/bin/cat",), env={}, cwd="/")
+    outcome = await supervise(
+        await spawn(cmd), data, deadline=trio.current_time() + 20,
+        stdout_max_bytes=len(data), stderr_max_bytes=0,
+    )
+    assert (outcome.failure, outcome.exit_code, bytes(outcome.stdout)) == (None, 0, data)
+    cmd = Command(argv=("/bin/true",), env={}, cwd="/")
+    outcome = await supervise(
+        await spawn(cmd), data, deadline=trio.current_time() + 20,
+        stdout_max_bytes=0, stderr_max_bytes=0,
+    )
+    assert (outcome.failure, outcome.exit_code) == (None, 0)
+
+
+async def test_spawn_failure_is_named_and_leaks_nothing() -> None:
+    import pytest
+
+    from trunner.errors import RunnerError
+
+    with pytest.raises(RunnerError) as info:
+        await spawn(Command(argv=("/nonexistent",), env={}, cwd="/"))
+    assert info.value.reason is Reason.SPAWN_FAILED
