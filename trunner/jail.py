@@ -27,6 +27,8 @@ class Command:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     cwd: str
+    #: A per-invocation cgroup the watchdog removes if the parent dies.
+    cgroup: str | None = None
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, HostSupport
 from trunner.limits import Limits
 
-#: Read-only files in /etc a CPython worker and common tools need.
-ETC_READ_ONLY = ("/etc/ld.so.cache", "/etc/localtime")
+#: Read-only files in /etc: the loader's cache (without it every process
+#: probes dozens of library directories). /etc/localtime links into /usr.
+ETC_READ_ONLY = ("/etc/ld.so.cache",)
 #: Devices the jail may use: (path, writable).
 DEVICES = (("/dev/null", True), ("/dev/zero", False), ("/dev/urandom", False))
 #: System directories with libraries and tools (read and execute).
@@ -79,7 +80,10 @@ def landlock_ruleset(
     """The filesystem (and TCP) rules for one invocation."""
     rx = [p for p in (*SYSTEM_READ_EXEC, *read_exec) if os.path.exists(p)]
     ro = [p for p in ETC_READ_ONLY if os.path.exists(p)]
-    ro += ["/proc", *(dev for dev, writable in DEVICES if not writable), *read_only]
+    # /proc/self resolves, in the helper, to the helper's own pid dir, which
+    # the adapter keeps across exec: the worker may read its own status,
+    # not other processes' command lines.
+    ro += ["/proc/self", *(dev for dev, writable in DEVICES if not writable), *read_only]
     rw = [jail_dir, *(dev for dev, writable in DEVICES if writable)]
     return landlock.plan_ruleset(abi, read_exec=rx, read_only=ro, read_write=rw)
 
@@ -313,4 +317,4 @@ class LinuxBackend:
             fail_step=self.fail_step,
         )
         argv = (self.worker, "helper", *plan, "--", *adapter_argv)
-        return LinuxJail(Command(argv=argv, env=env, cwd=jail_dir), cgroup)
+        return LinuxJail(Command(argv=argv, env=env, cwd=jail_dir, cgroup=cgroup), cgroup)

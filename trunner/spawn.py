@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import outcome
 import trio
 
+from trunner import watchdog
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command
 
@@ -61,8 +62,10 @@ class Child:
                 pass
 
     def reap(self) -> int:
-        """Collect the exited leader; returns the raw wait status."""
+        """Collect the exited leader, after `kill_group()`; returns the raw
+        wait status."""
         if self.wait_status is None:
+            watchdog.unwatch(self.pid)
             _, status = os.waitpid(self.pid, 0)
             self.wait_status = status
             self._popen.returncode = os.waitstatus_to_exitcode(status)
@@ -131,8 +134,10 @@ def _popen(cmd: Command) -> tuple[subprocess.Popen[bytes], int, tuple[int, int, 
     for fd in (in_r, out_w, err_w):
         os.close(fd)
     try:
+        watchdog.watch(popen.pid, cmd.cgroup)
         pidfd = os.pidfd_open(popen.pid)
     except BaseException:
+        watchdog.unwatch(popen.pid)
         os.killpg(popen.pid, signal.SIGKILL)
         popen.wait()
         for fd in (in_w, out_r, err_r):

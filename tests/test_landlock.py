@@ -1,0 +1,764 @@
+"""Tests for trunner.landlock: pure planning/encoding, and real jailed child processes."""
+
+import ast
+import errno
+import json
+import os
+import pickle
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trunner.landlock as ll
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(ll.__file__)))
+KERNEL_ABI = ll.abi_version()
+needs_landlock = pytest.mark.skipif(
+    KERNEL_ABI < ll.MIN_ABI, reason=f"kernel Landlock ABI {KERNEL_ABI} < {ll.MIN_ABI}"
+)
+
+
+# ---------------------------------------------------------------------------
+# Pure part
+# ---------------------------------------------------------------------------
+
+
+def test_constants_match_uapi() -> None:
+    fs = [
+        ll.ACCESS_FS_EXECUTE, ll.ACCESS_FS_WRITE_FILE, ll.ACCESS_FS_READ_FILE,
+        ll.ACCESS_FS_READ_DIR, ll.ACCESS_FS_REMOVE_DIR, ll.ACCESS_FS_REMOVE_FILE,
+        ll.ACCESS_FS_MAKE_CHAR, ll.ACCESS_FS_MAKE_DIR, ll.ACCESS_FS_MAKE_REG,
+        ll.ACCESS_FS_MAKE_SOCK, ll.ACCESS_FS_MAKE_FIFO, ll.ACCESS_FS_MAKE_BLOCK,
+        ll.ACCESS_FS_MAKE_SYM, ll.ACCESS_FS_REFER, ll.ACCESS_FS_TRUNCATE,
+        ll.ACCESS_FS_IOCTL_DEV,
+    ]
+    assert fs == [1 << i for i in range(16)]
+    assert (ll.ACCESS_NET_BIND_TCP, ll.ACCESS_NET_CONNECT_TCP) == (1, 2)
+    assert (ll.SCOPE_ABSTRACT_UNIX_SOCKET, ll.SCOPE_SIGNAL) == (1, 2)
+    assert (ll.MIN_ABI, ll.KNOWN_ABI) == (6, 7)
+
+
+def test_struct_layouts() -> None:
+    import ctypes
+
+    assert ctypes.sizeof(ll._PathBeneathAttr) == 12  # packed
+    assert ll._PathBeneathAttr.parent_fd.offset == 8
+    assert ctypes.sizeof(ll._RulesetAttr) == 24
+    assert ctypes.sizeof(ll._NetPortAttr) == 16
+
+
+@pytest.mark.parametrize(
+    ("abi", "fs", "net", "scope"),
+    [
+        (1, 0x1FFF, 0, 0),
+        (2, 0x3FFF, 0, 0),
+        (3, 0x7FFF, 0, 0),
+        (4, 0x7FFF, 3, 0),
+        (5, 0xFFFF, 3, 0),
+        (6, 0xFFFF, 3, 3),
+        (7, 0xFFFF, 3, 3),
+        (99, 0xFFFF, 3, 3),
+    ],
+)
+def test_access_for_abi(abi: int, fs: int, net: int, scope: int) -> None:
+    assert ll.fs_access_for_abi(abi) == fs
+    assert ll.net_access_for_abi(abi) == net
+    assert ll.scope_for_abi(abi) == scope
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.0, "7", None])
+def test_bad_abi_rejected(bad: object) -> None:
+    with pytest.raises(ValueError):
+        ll.fs_access_for_abi(bad)  # type: ignore[arg-type]
+
+
+def test_access_masks() -> None:
+    assert ll.ro_access(7) == ll.ACCESS_FS_READ_FILE | ll.ACCESS_FS_READ_DIR
+    assert ll.rx_access(7) == ll.ro_access(7) | ll.ACCESS_FS_EXECUTE
+    rw = ll.rw_access(7)
+    excluded = ll.ACCESS_FS_MAKE_CHAR | ll.ACCESS_FS_MAKE_BLOCK | ll.ACCESS_FS_IOCTL_DEV
+    assert rw & excluded == 0
+    assert rw | excluded == ll.fs_access_for_abi(7)
+    for right in (ll.ACCESS_FS_REFER, ll.ACCESS_FS_TRUNCATE, ll.ACCESS_FS_MAKE_SYM,
+                  ll.ACCESS_FS_REMOVE_DIR, ll.ACCESS_FS_EXECUTE, ll.ACCESS_FS_WRITE_FILE):
+        assert rw & right
+    # rights an ABI does not know are never asked for
+    assert ll.rw_access(1) & ~ll.fs_access_for_abi(1) == 0
+    assert not ll.rw_access(1) & ll.ACCESS_FS_REFER
+    assert not ll.rw_access(2) & ll.ACCESS_FS_TRUNCATE
+    assert ll.rw_access(3) & ll.ACCESS_FS_TRUNCATE
+
+
+def test_path_rule_access_file_vs_dir() -> None:
+    rw = ll.rw_access(7)
+    assert ll.path_rule_access(rw, is_dir=True) == rw
+    assert ll.path_rule_access(rw, is_dir=False) == (
+        ll.ACCESS_FS_EXECUTE | ll.ACCESS_FS_WRITE_FILE | ll.ACCESS_FS_READ_FILE
+        | ll.ACCESS_FS_TRUNCATE
+    )
+    assert ll.path_rule_access(ll.ro_access(7), is_dir=False) == ll.ACCESS_FS_READ_FILE
+    assert ll.path_rule_access(ll.ACCESS_FS_READ_DIR, is_dir=False) == 0
+    assert ll.path_rule_access(ll.fs_access_for_abi(7), is_dir=False) == ll.ACCESS_FS_FILE
+
+
+def test_plan_rejects_old_abi() -> None:
+    with pytest.raises(ValueError, match="below the required minimum 6"):
+        ll.plan_ruleset(5, read_exec=[], read_only=[], read_write=[])
+
+
+def test_plan_abi4_has_net_but_no_scopes() -> None:
+    r = ll.plan_ruleset(4, read_exec=[], read_only=[], read_write=[],
+                        connect_tcp_ports=[443], min_abi=4)
+    assert r.handled_fs == ll.fs_access_for_abi(4)
+    assert r.handled_net == ll.ACCESS_NET_BIND_TCP | ll.ACCESS_NET_CONNECT_TCP
+    assert r.scoped == 0
+    assert r.port_rules == ((443, ll.ACCESS_NET_CONNECT_TCP),)
+
+
+def test_plan_abi3_has_no_net_and_drops_ports() -> None:
+    r = ll.plan_ruleset(3, read_exec=[], read_only=[], read_write=[],
+                        connect_tcp_ports=[443], min_abi=1)
+    assert (r.handled_net, r.scoped, r.port_rules) == (0, 0, ())
+
+
+def test_plan_full() -> None:
+    r = ll.plan_ruleset(
+        7,
+        read_exec=["/usr", "/bin", "/usr"],
+        read_only=["/etc/ld.so.cache", "/usr"],
+        read_write=["/tmp/j", "/dev/null"],
+        connect_tcp_ports=iter([8080, 22, 8080]),
+    )
+    assert r.abi == 7
+    assert r.handled_fs == 0xFFFF
+    assert r.handled_net == 3
+    assert r.scoped == ll.SCOPE_ABSTRACT_UNIX_SOCKET | ll.SCOPE_SIGNAL
+    assert r.path_rules == (
+        ("/bin", ll.rx_access(7)),
+        ("/dev/null", ll.rw_access(7)),
+        ("/etc/ld.so.cache", ll.ro_access(7)),
+        ("/tmp/j", ll.rw_access(7)),
+        ("/usr", ll.rx_access(7)),
+    )
+    assert r.port_rules == ((22, 2), (8080, 2))
+    # deterministic regardless of input order
+    assert r == ll.plan_ruleset(
+        7, read_exec=["/bin", "/usr"], read_only=["/etc/ld.so.cache"],
+        read_write=["/dev/null", "/tmp/j"], connect_tcp_ports=[8080, 22],
+    )
+
+
+def test_plan_unions_rights_of_a_path_listed_twice() -> None:
+    r = ll.plan_ruleset(6, read_exec=["/x"], read_only=[], read_write=["/x"])
+    assert r.path_rules == (("/x", ll.rx_access(6) | ll.rw_access(6)),)
+
+
+def test_plan_keeps_placeholder_paths_but_encode_needs_absolute() -> None:
+    r = ll.plan_ruleset(7, read_exec=[], read_only=[], read_write=["<jail>"])
+    assert r.path_rules == (("<jail>", ll.rw_access(7)),)
+    with pytest.raises(ValueError, match="absolute"):
+        ll.encode_ruleset(r)
+
+
+def test_plan_clamps_future_abi() -> None:
+    r = ll.plan_ruleset(12, read_exec=[], read_only=[], read_write=[])
+    assert r.abi == ll.KNOWN_ABI
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"read_exec": [""]},
+        {"read_only": ["/a\0b"]},
+        {"read_write": "/tmp"},  # a str, not a list of paths
+        {"read_only": [b"/bytes"]},
+        {"connect_tcp_ports": [65536]},
+        {"connect_tcp_ports": [-1]},
+        {"connect_tcp_ports": [True]},
+        {"connect_tcp_ports": ["80"]},
+    ],
+)
+def test_plan_rejects_bad_input(kwargs: dict) -> None:
+    args = {"read_exec": [], "read_only": [], "read_write": [], **kwargs}
+    with pytest.raises(ValueError):
+        ll.plan_ruleset(7, **args)
+
+
+def test_ruleset_behaves_like_a_namedtuple() -> None:
+    r = ll.Ruleset(abi=6, handled_fs=1, handled_net=0, scoped=3, path_rules=(), port_rules=())
+    assert r == (6, 1, 0, 3, (), ())
+    assert r._fields == ("abi", "handled_fs", "handled_net", "scoped", "path_rules", "port_rules")
+    assert r._replace(abi=7).abi == 7 and r.abi == 6
+    assert r._asdict()["scoped"] == 3
+    assert ll.Ruleset._make(list(r)) == r
+    assert pickle.loads(pickle.dumps(r)) == r
+    assert type(pickle.loads(pickle.dumps(r))) is ll.Ruleset
+    assert "Ruleset(abi=6, handled_fs=1" in repr(r)
+    assert hash(r) == hash(tuple(r))
+    with pytest.raises(AttributeError):
+        r.abi = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ll.Ruleset(1, 2, 3)  # type: ignore[call-arg]
+    with pytest.raises(ValueError):
+        r._replace(nope=1)
+
+
+WEIRD_PATHS = [
+    "/tmp/a:b",
+    "/tmp/with space",
+    "/tmp/new\nline",
+    "/tmp/::",
+    "/tmp/p:1:/x",
+    "/tmp/h:7:1:1:1:1",
+    "/tmp/ünïcödé/\t\r",
+    "/",
+]
+
+
+def test_encode_decode_round_trip() -> None:
+    r = ll.plan_ruleset(
+        7, read_exec=WEIRD_PATHS[:3], read_only=WEIRD_PATHS[3:6],
+        read_write=WEIRD_PATHS[6:], connect_tcp_ports=[0, 1, 65535],
+    )
+    args = ll.encode_ruleset(r)
+    assert all(isinstance(a, str) and "\0" not in a for a in args)
+    assert len(args) == 1 + len(WEIRD_PATHS) + 3
+    assert args[0] == f"h:7:{0xFFFF}:3:3:{len(args) - 1}"
+    assert "p:%d:/tmp/a:b" % ll.rx_access(7) in args
+    assert "n:2:65535" in args
+    back = ll.decode_ruleset(args)
+    assert back == r
+    assert type(back) is ll.Ruleset
+
+
+_abs_paths = st.text(st.characters(blacklist_characters="\0"), max_size=40).map(lambda t: "/" + t)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    abi=st.integers(1, 9),
+    rx=st.lists(_abs_paths, max_size=5),
+    ro=st.lists(_abs_paths, max_size=5),
+    rw=st.lists(_abs_paths, max_size=5),
+    ports=st.lists(st.integers(0, 65535), max_size=5),
+)
+def test_encode_decode_round_trip_property(
+    abi: int, rx: list[str], ro: list[str], rw: list[str], ports: list[int]
+) -> None:
+    r = ll.plan_ruleset(abi, read_exec=rx, read_only=ro, read_write=rw,
+                        connect_tcp_ports=ports, min_abi=1)
+    assert ll.decode_ruleset(ll.encode_ruleset(r)) == r
+    assert {p for p, _ in r.path_rules} == set(rx) | set(ro) | set(rw)
+
+
+def test_encode_decode_round_trip_minimal_and_old_abi() -> None:
+    for r in (
+        ll.plan_ruleset(6, read_exec=[], read_only=[], read_write=[]),
+        ll.plan_ruleset(1, read_exec=["/usr"], read_only=[], read_write=[], min_abi=1),
+    ):
+        assert ll.decode_ruleset(ll.encode_ruleset(r)) == r
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["h:7:65535:3:3"],  # no count
+        ["h:7:65535:3:3:1"],  # announces a rule that is missing
+        ["h:7:65535:3:3:0", "p:4:/x"],  # extra rule (truncated/concatenated argv)
+        ["x:7:65535:3:3:0"],
+        ["h:+7:65535:3:3:0"],
+        ["h:7: 65535:3:3:0"],
+        ["h:7:65_535:3:3:0"],
+        ["h:٧:65535:3:3:0"],  # non-ASCII digit
+        ["h:0:65535:3:3:0"],  # ABI 0
+        ["h:7:0:3:3:0"],  # nothing handled
+        ["h:7:131071:3:3:0"],  # fs bit unknown to ABI 7
+        ["h:3:65535:0:0:0"],  # IOCTL_DEV not in ABI 3
+        ["h:3:32767:3:0:0"],  # net in ABI 3
+        ["h:5:65535:3:3:0"],  # scopes in ABI 5
+        ["h:7:65535:3:3:1", "p:4"],
+        ["h:7:65535:3:3:1", "p:4:relative"],
+        ["h:7:65535:3:3:1", "p:0:/x"],  # empty access
+        ["h:7:4:3:3:1", "p:8:/x"],  # access not within handled_fs
+        ["h:7:65535:3:3:1", "n:2:65536"],
+        ["h:7:65535:3:3:1", "n:2:-1"],
+        ["h:7:65535:3:3:1", "n:4:80"],  # not a net right
+        ["h:7:65535:0:3:1", "n:2:80"],  # port rule without handled net
+        ["h:7:65535:3:3:1", "q:2:80"],
+    ],
+)
+def test_decode_rejects_malformed(args: list[str]) -> None:
+    with pytest.raises(ValueError):
+        ll.decode_ruleset(args)
+
+
+def test_abi_version_in_process() -> None:
+    # Read-only query, safe in the test process itself.
+    assert ll.abi_version() == KERNEL_ABI
+    assert KERNEL_ABI >= 0
+
+
+def test_import_is_light() -> None:
+    code = (
+        "import sys, ctypes, time, trunner\n"  # the package __init__ is not ours to measure
+        "before = set(sys.modules)\n"
+        "t = time.perf_counter()\n"
+        "import trunner.landlock\n"
+        "dt = time.perf_counter() - t\n"
+        "print(sorted(set(sys.modules) - before)); print(dt)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=REPO, capture_output=True, text=True,
+        check=True, timeout=30,
+    ).stdout.splitlines()
+    new = set(ast.literal_eval(out[0]))
+    assert new <= {"trunner", "trunner.landlock", "errno"}, new
+    # Generous bound (source is compiled here, no pyc); the real budget is checked by hand.
+    assert float(out[1]) < 0.1
+
+
+# ---------------------------------------------------------------------------
+# Real jailed processes
+# ---------------------------------------------------------------------------
+
+CHILD = r"""
+import ctypes, errno, json, os, sys
+
+import trunner.landlock as ll
+
+cfg = json.loads(sys.argv[1])
+results = {}
+
+
+def attempt(name, fn):
+    try:
+        results[name] = {"ok": fn()}
+    except OSError as e:
+        results[name] = {"err": errno.errorcode.get(e.errno, str(e.errno)), "msg": str(e)}
+
+
+def set_nnp():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def plan(**overrides):
+    kw = dict(read_exec=cfg["rx"], read_only=cfg["ro"], read_write=cfg["rw"],
+              connect_tcp_ports=cfg["ports"])
+    kw.update(overrides)
+    return ll.plan_ruleset(ll.abi_version(), **kw)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def write(path, data="x"):
+    with open(path, "w") as f:
+        f.write(data)
+    return read(path)
+
+"""
+
+MAIN_CHECKS = r"""
+set_nnp()
+ll.restrict_self(plan())
+# Everything below runs jailed; these imports must come from the read_exec stdlib.
+import signal, socket, subprocess
+
+jail, out, secret = cfg["jail"], cfg["out"], cfg["secret"]
+attempt("read_secret", lambda: read(secret))
+attempt("list_out", lambda: os.listdir(out))
+attempt("write_out", lambda: write(os.path.join(out, "new")))
+attempt("write_tmp", lambda: write(cfg["tmp_probe"]))
+attempt("write_shm", lambda: write(cfg["shm_probe"]))
+attempt("read_etc_hostname", lambda: read("/etc/hostname"))
+attempt("proc_self_root", lambda: read("/proc/self/root" + secret))
+
+attempt("write_jail", lambda: write(os.path.join(jail, "f"), "hello"))
+attempt("mkdir_jail", lambda: os.mkdir(os.path.join(jail, "d")))
+attempt("rename_in_jail", lambda: os.rename(os.path.join(jail, "f"), os.path.join(jail, "d", "g")))
+attempt("link_in_jail", lambda: os.link(os.path.join(jail, "d", "g"), os.path.join(jail, "h")))
+attempt("truncate_jail", lambda: os.truncate(os.path.join(jail, "h"), 2))
+attempt("read_jail", lambda: read(os.path.join(jail, "d", "g")))
+attempt("list_jail", lambda: sorted(os.listdir(jail)))
+attempt("mkfifo_jail", lambda: os.mkfifo(os.path.join(jail, "fifo")))
+attempt("mknod_char_jail",
+        lambda: os.mknod(os.path.join(jail, "null"), 0o20600, os.makedev(1, 3)))
+attempt("unlink_jail", lambda: os.unlink(os.path.join(jail, "h")))
+
+attempt("symlink_create", lambda: os.symlink(secret, os.path.join(jail, "sym")))
+attempt("symlink_read", lambda: read(os.path.join(jail, "sym")))
+attempt("hardlink_out_in", lambda: os.link(secret, os.path.join(jail, "hl")))
+attempt("rename_out_in", lambda: os.rename(secret, os.path.join(jail, "mv")))
+attempt("rename_in_out", lambda: os.rename(os.path.join(jail, "d", "g"), os.path.join(out, "mv")))
+
+attempt("dev_null_rw", lambda: write("/dev/null"))
+
+
+def tcp_connect(port):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", port))
+        return "connected"
+    finally:
+        s.close()
+
+
+def tcp_bind(port):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+attempt("connect_denied_port", lambda: tcp_connect(cfg["denied_port"]))
+attempt("connect_allowed_port", lambda: tcp_connect(cfg["allowed_port"]))
+attempt("bind_ephemeral", lambda: tcp_bind(0))
+attempt("bind_fixed", lambda: tcp_bind(cfg["free_port"]))
+
+
+def abstract_connect():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(cfg["abstract"].encode("latin-1"))
+        return "connected"
+    finally:
+        s.close()
+
+
+attempt("abstract_connect", abstract_connect)
+
+
+def own_abstract():
+    # abstract sockets created inside the same domain remain usable
+    name = cfg["abstract"].encode("latin-1") + b"-inner"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(name)
+    srv.listen()
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(name)
+    conn, _ = srv.accept()
+    c.sendall(b"ping")
+    data = conn.recv(4).decode()
+    for s in (c, conn, srv):
+        s.close()
+    return data
+
+
+attempt("abstract_own", own_abstract)
+
+attempt("kill_parent", lambda: os.kill(cfg["parent_pid"], 0))
+attempt("kill_init", lambda: os.kill(1, 0))
+attempt("kill_self", lambda: os.kill(os.getpid(), 0))
+
+
+def kill_child():
+    p = subprocess.Popen(["/bin/sleep", "30"])
+    os.kill(p.pid, signal.SIGTERM)
+    return p.wait(timeout=10)
+
+
+attempt("kill_child", kill_child)
+
+
+def run(argv, **kw):
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=30, **kw)
+    return [p.returncode, p.stdout, p.stderr]
+
+
+attempt("echo", lambda: run(["/bin/echo", "hi"]))
+attempt("sh", lambda: run("echo from-sh; ls " + jail, shell=True))
+attempt("sh_devnull", lambda: run(["/bin/sh", "-c", "echo ok"], stdin=subprocess.DEVNULL))
+attempt("nested_python", lambda: run(
+    [sys.executable, "-c",
+     "import sys, os\n"
+     "print(6 * 7)\n"
+     "try:\n"
+     "    open(sys.argv[1]).read(); print('READ')\n"
+     "except PermissionError:\n"
+     "    print('EACCES')\n"
+     "try:\n"
+     "    os.kill(int(sys.argv[2]), 0); print('SIGNALLED')\n"
+     "except PermissionError:\n"
+     "    print('EPERM')\n",
+     secret, str(cfg["parent_pid"])]))
+
+print(json.dumps(results))
+"""
+
+ERROR_CHECKS = r"""
+def restrict(r):
+    ll.restrict_self(r)
+    return "restricted"
+
+# Nothing below may enforce anything: every call must fail before landlock_restrict_self.
+fds_before = sorted(os.listdir("/proc/self/fd"))
+attempt("no_nnp", lambda: restrict(plan()))
+set_nnp()
+attempt("abi_too_new", lambda: restrict(plan()._replace(abi=ll.KNOWN_ABI + 1)))
+attempt("missing_path", lambda: restrict(plan(read_only=cfg["ro"] + [cfg["missing"]])))
+attempt("dangling_symlink", lambda: restrict(plan(read_only=cfg["ro"] + [cfg["dangling"]])))
+# A rule the kernel itself refuses (a pipe is not a path it can rule): return value checked.
+pipe_r, pipe_w = os.pipe()
+attempt("kernel_refuses_rule",
+        lambda: restrict(plan(read_only=cfg["ro"] + [f"/proc/self/fd/{pipe_r}"])))
+attempt("still_unrestricted", lambda: read(cfg["secret"]))
+results["fds"] = [fds_before, sorted(os.listdir("/proc/self/fd"))]
+print(json.dumps(results))
+"""
+
+MISSING_PATH_UNCAUGHT = r"""
+set_nnp()
+ll.restrict_self(plan(read_exec=cfg["rx"] + [cfg["missing"]]))
+print("SHOULD NOT BE REACHED")
+"""
+
+
+def _listener(family: int, addr: object) -> socket.socket:
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.bind(addr)
+    s.listen(8)
+    s.setblocking(False)
+    return s
+
+
+def _pending(s: socket.socket, timeout: float = 0.2) -> bool:
+    return bool(select.select([s], [], [], timeout)[0])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Env:
+    def __init__(self) -> None:
+        self.jail = tempfile.mkdtemp(prefix="trunner-ll-jail-")
+        self.out = tempfile.mkdtemp(prefix="trunner-ll-out-")
+        self.secret = os.path.join(self.out, "secret")
+        with open(self.secret, "w") as f:
+            f.write("top secret")
+        os.symlink(os.path.join(self.out, "nope"), os.path.join(self.out, "dangling"))
+        tag = uuid.uuid4().hex
+        self.tmp_probe = f"/tmp/trunner-ll-probe-{tag}"
+        self.shm_probe = f"/dev/shm/trunner-ll-probe-{tag}"
+        self.denied = _listener(socket.AF_INET, ("127.0.0.1", 0))
+        self.allowed = _listener(socket.AF_INET, ("127.0.0.1", 0))
+        self.abstract_name = f"\0trunner-ll-{tag}"
+        self.abstract = _listener(socket.AF_UNIX, self.abstract_name.encode("latin-1"))
+
+    def cfg(self, **extra: object) -> dict:
+        return {
+            "rx": [sys.base_prefix, sys.prefix, "/usr", "/lib", "/lib64", "/bin", REPO],
+            "ro": ["/etc/ld.so.cache"],
+            "rw": [self.jail, "/dev/null"],
+            "ports": [self.allowed.getsockname()[1]],
+            "jail": self.jail,
+            "out": self.out,
+            "secret": self.secret,
+            "missing": os.path.join(self.out, "does-not-exist"),
+            "dangling": os.path.join(self.out, "dangling"),
+            "tmp_probe": self.tmp_probe,
+            "shm_probe": self.shm_probe,
+            "denied_port": self.denied.getsockname()[1],
+            "allowed_port": self.allowed.getsockname()[1],
+            "free_port": _free_port(),
+            "abstract": self.abstract_name,
+            "parent_pid": os.getpid(),
+            **extra,
+        }
+
+    def run(self, checks: str, cfg: dict) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        return subprocess.run(
+            [sys.executable, "-c", CHILD + checks, json.dumps(cfg)],
+            cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=60,
+        )
+
+    def close(self) -> None:
+        for s in (self.denied, self.allowed, self.abstract):
+            s.close()
+        shutil.rmtree(self.jail, ignore_errors=True)
+        shutil.rmtree(self.out, ignore_errors=True)
+        for p in (self.tmp_probe, self.shm_probe):
+            if os.path.lexists(p):
+                os.unlink(p)
+
+
+@pytest.fixture(scope="module")
+def env():  # type: ignore[no-untyped-def]
+    e = Env()
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def jailed(env: Env) -> dict:
+    """Run the main jailed child once; tests below check pieces of its report."""
+    p = env.run(MAIN_CHECKS, env.cfg())
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout.splitlines()[-1])
+    res["_denied_pending"] = _pending(env.denied)
+    res["_allowed_pending"] = _pending(env.allowed)
+    res["_abstract_pending"] = _pending(env.abstract)
+    return res
+
+
+def _err(res: dict, name: str) -> str | None:
+    return res[name].get("err")
+
+
+@needs_landlock
+def test_outside_files_unreadable(jailed: dict) -> None:
+    assert _err(jailed, "read_secret") == "EACCES"
+    assert _err(jailed, "list_out") == "EACCES"
+    assert _err(jailed, "read_etc_hostname") == "EACCES"
+    assert _err(jailed, "proc_self_root") == "EACCES"
+
+
+@needs_landlock
+def test_writes_outside_jail_denied(jailed: dict, env: Env) -> None:
+    for name in ("write_out", "write_tmp", "write_shm"):
+        assert _err(jailed, name) == "EACCES", name
+    assert not os.path.lexists(env.tmp_probe)
+    assert not os.path.lexists(env.shm_probe)
+    assert set(os.listdir(env.out)) == {"secret", "dangling"}
+
+
+@needs_landlock
+def test_jail_dir_is_writable(jailed: dict, env: Env) -> None:
+    for name in ("write_jail", "mkdir_jail", "rename_in_jail", "link_in_jail",
+                 "truncate_jail", "mkfifo_jail", "unlink_jail", "symlink_create"):
+        assert "ok" in jailed[name], (name, jailed[name])
+    assert jailed["write_jail"]["ok"] == "hello"
+    assert jailed["read_jail"]["ok"] == "he"  # truncated through the hard link
+    assert jailed["list_jail"]["ok"] == ["d", "h"]
+    with open(os.path.join(env.jail, "d", "g")) as f:
+        assert f.read() == "he"
+
+
+@needs_landlock
+def test_device_nodes_denied_even_in_jail(jailed: dict, env: Env) -> None:
+    # We run as root (CAP_MKNOD), so only Landlock's missing MAKE_CHAR stops this.
+    if os.geteuid() == 0:
+        assert _err(jailed, "mknod_char_jail") == "EACCES"
+    else:
+        assert "err" in jailed["mknod_char_jail"]
+    assert not os.path.lexists(os.path.join(env.jail, "null"))
+
+
+@needs_landlock
+def test_links_do_not_leak_outside(jailed: dict, env: Env) -> None:
+    assert _err(jailed, "symlink_read") == "EACCES"
+    assert _err(jailed, "hardlink_out_in") in ("EXDEV", "EACCES")
+    assert _err(jailed, "rename_out_in") in ("EXDEV", "EACCES")
+    assert _err(jailed, "rename_in_out") in ("EXDEV", "EACCES")
+    assert not os.path.lexists(os.path.join(env.jail, "hl"))
+    assert not os.path.lexists(os.path.join(env.jail, "mv"))
+    with open(env.secret) as f:
+        assert f.read() == "top secret"
+
+
+@needs_landlock
+def test_file_rules_work(jailed: dict) -> None:
+    # /dev/null is a *file* rule with rw rights: only file bits may be passed to the kernel.
+    assert jailed["dev_null_rw"] == {"ok": ""}
+
+
+@needs_landlock
+def test_tcp(jailed: dict, env: Env) -> None:
+    assert _err(jailed, "connect_denied_port") == "EACCES"
+    assert not jailed["_denied_pending"]
+    assert jailed["connect_allowed_port"] == {"ok": "connected"}
+    assert jailed["_allowed_pending"]
+    conn, _ = env.allowed.accept()
+    conn.close()
+    assert _err(jailed, "bind_ephemeral") == "EACCES"
+    assert _err(jailed, "bind_fixed") == "EACCES"
+
+
+@needs_landlock
+def test_abstract_unix_socket_scoped(jailed: dict) -> None:
+    assert _err(jailed, "abstract_connect") == "EPERM"
+    assert not jailed["_abstract_pending"]
+    assert jailed["abstract_own"] == {"ok": "ping"}
+
+
+@needs_landlock
+def test_signals_scoped(jailed: dict) -> None:
+    assert _err(jailed, "kill_parent") == "EPERM"
+    assert _err(jailed, "kill_init") == "EPERM"
+    assert jailed["kill_self"] == {"ok": None}
+    assert jailed["kill_child"] == {"ok": -signal.SIGTERM}
+
+
+@needs_landlock
+def test_programs_still_run(jailed: dict, env: Env) -> None:
+    assert jailed["echo"] == {"ok": [0, "hi\n", ""]}
+    assert jailed["sh"]["ok"][:2] == [0, "from-sh\nd\nfifo\nsym\n"]
+    assert jailed["sh_devnull"] == {"ok": [0, "ok\n", ""]}
+    # the domain is inherited across execve(): a nested interpreter is jailed too
+    assert jailed["nested_python"]["ok"][:2] == [0, "42\nEACCES\nEPERM\n"]
+
+
+@needs_landlock
+def test_no_connect_ports_means_no_connect(env: Env) -> None:
+    p = env.run(
+        'set_nnp(); ll.restrict_self(plan())\n'
+        'import socket\n'
+        'addr = ("127.0.0.1", cfg["allowed_port"])\n'
+        'attempt("c", lambda: socket.create_connection(addr, 5).close())\n'
+        'print(json.dumps(results))\n',
+        env.cfg(ports=[]),
+    )
+    assert p.returncode == 0, p.stderr
+    assert _err(json.loads(p.stdout), "c") == "EACCES"
+    assert not _pending(env.allowed)
+
+
+@needs_landlock
+def test_errors_fail_closed_before_enforcing(env: Env) -> None:
+    cfg = env.cfg()
+    p = env.run(ERROR_CHECKS, cfg)
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert _err(res, "no_nnp") == "EPERM"
+    assert "PR_SET_NO_NEW_PRIVS" in res["no_nnp"]["msg"]
+    assert _err(res, "abi_too_new") == errno.errorcode[errno.EOPNOTSUPP]
+    assert f"needs ABI {ll.KNOWN_ABI + 1}" in res["abi_too_new"]["msg"]
+    assert _err(res, "missing_path") == "ENOENT"
+    assert f"landlock_add_rule({cfg['missing']})" in res["missing_path"]["msg"]
+    assert _err(res, "dangling_symlink") == "ENOENT"
+    assert _err(res, "kernel_refuses_rule") == "EBADFD"
+    assert res["kernel_refuses_rule"]["msg"].startswith(
+        f"[Errno {errno.EBADFD}] landlock_add_rule(/proc/self/fd/")
+    before, after = res["fds"]
+    assert len(after) == len(before) + 2  # only the test's own pipe: no leaked fds
+    assert res["still_unrestricted"] == {"ok": "top secret"}
+
+
+@needs_landlock
+def test_missing_path_kills_the_child(env: Env) -> None:
+    cfg = env.cfg()
+    p = env.run(MISSING_PATH_UNCAUGHT, cfg)
+    assert p.returncode != 0
+    assert "SHOULD NOT BE REACHED" not in p.stdout
+    assert f"[Errno {errno.ENOENT}] landlock_add_rule({cfg['missing']})" in p.stderr
