@@ -117,3 +117,10 @@ def pid_then_sleep(req: Any) -> None:
     """Announce the pid on stderr, then hang."""
     _out(f"pid={os.getpid()}\n".encode(), 2)
     time.sleep(10**6)
+
+
+def run_code(req: str) -> Any:
+    """Run `req` as Python in this worker process; returns the `result` name."""
+    scope: dict[str, Any] = {}
+    exec(req, scope)
+    return scope.get("result")

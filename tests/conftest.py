@@ -52,7 +52,9 @@ def cgroup_dirs() -> set[str]:
     if not mech.startswith("pids_cgroup:"):
         return set()
     base = Path(mech.split(":", 1)[1], CGROUP_DIR_NAME)
-    return {p.name for p in base.iterdir() if p.is_dir()} if base.is_dir() else set()
+    # Only this process's: cgroup names start with the parent's pid.
+    mine = f"{os.getpid()}-"
+    return {p.name for p in base.glob(mine + "*") if p.is_dir()} if base.is_dir() else set()
 
 
 @pytest.fixture

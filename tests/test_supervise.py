@@ -20,11 +20,14 @@ from trunner.spawn import spawn
 
 ESCAPE = """
 import os, sys, time
+r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
     os.setsid()
+    os.write(w, b"x")  # out of the group before the parent exits
     time.sleep(30)
     os._exit(0)
+os.read(r, 1)
 sys.stderr.write(f"{pid}\\n"); sys.stderr.flush()
 os._exit(0)
 """

@@ -215,6 +215,29 @@ def _can_make_cgroup(base: str) -> bool:
         return False
 
 
+def denied_syscall(pid: int) -> int | None:
+    """The syscall the seccomp filter killed `pid` for, from the kernel log
+    (audit type 1326), or None where the log cannot be read."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    needle, found = f" pid={pid} ".encode(), None
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:  # a record was overwritten while we read
+                continue
+            if b"type=1326" in record and needle in record and b" syscall=" in record:
+                found = int(record.split(b" syscall=")[1].split()[0])
+    finally:
+        os.close(fd)
+    return found
+
+
 # -- the backend -------------------------------------------------------------
 
 
@@ -271,6 +294,11 @@ class LinuxBackend:
         host = self.probe()
         if host.refusal is not None:
             raise RunnerError(host.refusal, host.refusal_detail)
+        if self.abi() < landlock.MIN_ABI:
+            raise RunnerError(
+                Reason.SANDBOX_SETUP,
+                f"landlock: ABI {self.abi()} is below the required {landlock.MIN_ABI}",
+            )
 
     def abi(self) -> int:
         if self.landlock_abi is not None:
@@ -295,7 +323,7 @@ class LinuxBackend:
         assert host.process_limit is not None
         if host.process_limit.startswith("pids_cgroup:"):
             base = host.process_limit.split(":", 1)[1]
-            cgroup = os.path.join(base, CGROUP_DIR_NAME, uuid.uuid4().hex)
+            cgroup = os.path.join(base, CGROUP_DIR_NAME, f"{os.getpid()}-{uuid.uuid4().hex}")
             try:
                 os.mkdir(cgroup)
                 Path(cgroup, "pids.max").write_text(str(limits.processes))

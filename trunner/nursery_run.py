@@ -32,6 +32,7 @@ class Outcome:
     """What happened, before anyone judges it. Holds at most cap + 1 bytes
     per stream."""
 
+    pid: int = 0
     exit_code: int | None = None  # negative: killed by that signal
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
@@ -59,7 +60,7 @@ async def supervise(
     cancellation from outside, does the same before `Cancelled` propagates.
     `deadline` is absolute, on trio's clock.
     """
-    result = Outcome()
+    result = Outcome(pid=child.pid)
     try:
         async with trio.open_nursery() as nursery:
             # The feeder and the killer have nothing to do once the child exits.

@@ -86,6 +86,7 @@ class Runner:
             self.worker, import_paths=self.import_paths, **(_backend_options or {})
         )
         self._backend.check()
+        self._versions: dict[Limits, str] = {}
 
     @property
     def backend(self) -> _jail.JailBackend:
@@ -95,7 +96,10 @@ class Runner:
         """The effective rules version for runs with `limits`."""
         from trunner.rules import effective_rules_version
 
-        return effective_rules_version(self._backend, limits or self.limits)
+        limits = limits or self.limits
+        if limits not in self._versions:
+            self._versions[limits] = effective_rules_version(self._backend, limits)
+        return self._versions[limits]
 
     def resolve_mode(self, mode: str) -> str:
         """The mode as the worker understands it.
@@ -199,10 +203,7 @@ def judge(outcome: Outcome, limits: Limits, response_type: Any = Any) -> Any:
     if code < 0:
         sig = -code
         if sig == signal.SIGSYS:
-            raise RunnerError(
-                Reason.SYSCALL_DENIED, "killed by SIGSYS: a syscall outside the allow-list",
-                signal=sig,
-            )
+            raise RunnerError(Reason.SYSCALL_DENIED, _denied_detail(outcome.pid), signal=sig)
         raise RunnerError(
             Reason.KILLED_BY_SIGNAL, f"killed by {signal.Signals(sig).name}; stderr: {excerpt}",
             signal=sig,
@@ -215,6 +216,15 @@ def judge(outcome: Outcome, limits: Limits, response_type: Any = Any) -> Any:
         outcome.stdout, response_type,
         max_body_bytes=max(limits.stdout_max_bytes - HEADER_BYTES, 0),
     )
+
+
+def _denied_detail(pid: int) -> str:
+    from trunner import linux, seccomp
+
+    nr = linux.denied_syscall(pid)
+    if nr is None:
+        return "killed by SIGSYS: a syscall outside the allow-list (number not logged)"
+    return f"killed by SIGSYS: syscall {nr} ({seccomp.syscall_name(nr) or '?'}) is not allowed"
 
 
 def _status(code: int | None) -> dict[str, int | None]:

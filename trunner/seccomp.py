@@ -1,0 +1,597 @@
+"""The seccomp policy for jailed processes: the policy as data, its compilation and installation.
+
+Parent side: ``build_bpf`` compiles a :class:`SeccompPolicy` into classic BPF bytes with pyseccomp
+(imported lazily, it is slow to import) and ``syscall_name`` names a killed syscall number.
+Helper side: ``set_no_new_privs`` and ``install_filter`` load those bytes with ctypes alone, so
+the helper pays only for ``ctypes``.  Anything the policy does not allow kills the whole process
+with SIGSYS (``SECCOMP_RET_KILL_PROCESS``), as do foreign architectures and x32 syscall numbers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+
+# ``from typing import TYPE_CHECKING`` would import typing (~10 ms) into the helper.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
+
+__all__ = [
+    "AF_UNIX",
+    "ALLOWED_SYSCALLS",
+    "CLONE_NEWTIME",
+    "DEFAULT_POLICY",
+    "NAMESPACE_FLAGS",
+    "SeccompPolicy",
+    "TIOCLINUX",
+    "TIOCSTI",
+    "build_bpf",
+    "install_filter",
+    "set_no_new_privs",
+    "syscall_name",
+]
+
+# --------------------------------------------------------------------------------------------
+# Constants (Linux UAPI; identical on every architecture we care about)
+# --------------------------------------------------------------------------------------------
+
+AF_UNIX = 1
+SOCK_STREAM = 1
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+# CLONE_NEWTIME (0x80) is only meaningful to unshare() and clone3(); for clone() the low byte
+# of the flags is the exit signal (CSIGNAL), so it must NOT be part of the clone() mask.
+# unshare and setns are killed and clone3 fails with ENOSYS, so it needs no rule of its own.
+CLONE_NEWTIME = 0x00000080
+NAMESPACE_FLAGS = (
+    CLONE_NEWNS
+    | CLONE_NEWUTS
+    | CLONE_NEWIPC
+    | CLONE_NEWUSER
+    | CLONE_NEWPID
+    | CLONE_NEWNET
+    | CLONE_NEWCGROUP
+)
+
+TIOCSTI = 0x5412  # push bytes into a terminal's input queue: classic sandbox escape
+TIOCLINUX = 0x541C  # virtual-console ioctls, incl. selection paste (same class of escape)
+
+_U32 = 0xFFFFFFFF
+
+# --------------------------------------------------------------------------------------------
+# The policy as data
+# --------------------------------------------------------------------------------------------
+
+# Allowed unconditionally.  Found by running CPython 3.11 (startup, msgspec/blake3 imports,
+# threads, trio, subprocess, fork, sockets, tempfile) and a battery of /bin/sh + coreutils
+# commands under ``strace -f``, then adding the obvious siblings named in the comments.
+# socket/socketpair, clone and ioctl are allowed only with argument checks (see SeccompPolicy);
+# clone3 fails with ENOSYS so that glibc falls back to clone, whose flags we can inspect.
+ALLOWED_SYSCALLS: tuple[str, ...] = (
+    "accept",  # AF_UNIX servers (only AF_UNIX sockets can be created)
+    "accept4",
+    "access",
+    "alarm",  # signal.alarm(); getitimer/setitimer likewise
+    "arch_prctl",  # TLS setup by ld.so
+    "bind",
+    "brk",
+    "chdir",
+    "clock_getres",
+    "clock_gettime",  # vDSO fallback; CPU-time clocks are real syscalls
+    "clock_nanosleep",
+    "close",
+    "close_range",  # subprocess close_fds fast path
+    "copy_file_range",  # cp
+    "creat",  # tar
+    "dup",
+    "dup2",
+    "dup3",
+    "epoll_create",
+    "epoll_create1",
+    "epoll_ctl",
+    "epoll_pwait",
+    "epoll_wait",
+    "eventfd2",
+    "execve",
+    "exit",
+    "exit_group",
+    "faccessat",
+    "faccessat2",
+    "fadvise64",  # cat, sort
+    "fchdir",  # find
+    "fcntl",
+    "fdatasync",
+    "fgetxattr",
+    "flistxattr",
+    "flock",
+    "fstat",
+    "fstatfs",
+    "fsync",
+    "ftruncate",
+    "futex",
+    "getcwd",
+    "getdents64",
+    "getegid",
+    "geteuid",
+    "getgid",
+    "getgroups",  # id
+    "getitimer",
+    "getpeername",
+    "getpgid",
+    "getpgrp",  # sh
+    "getpid",
+    "getppid",
+    "getrandom",
+    "getresgid",
+    "getresuid",
+    "getrusage",
+    "getsid",
+    "getsockname",
+    "getsockopt",
+    "gettid",
+    "gettimeofday",
+    "getuid",
+    "getxattr",  # ls probes POSIX ACLs; shutil.copystat reads xattrs
+    "kill",  # the jail's PID namespace bounds who can be signalled
+    "lgetxattr",
+    "link",
+    "linkat",
+    "listen",
+    "listxattr",
+    "llistxattr",
+    "lseek",
+    "lstat",
+    "madvise",
+    "mincore",  # grep
+    "mkdir",
+    "mkdirat",
+    "mmap",
+    "mprotect",
+    "mremap",  # glibc realloc of large blocks
+    "msync",
+    "munmap",
+    "nanosleep",
+    "newfstatat",
+    "open",
+    "openat",
+    "pidfd_open",  # os.pidfd_open, trio's process waiting
+    "pipe",
+    "pipe2",
+    "poll",
+    "ppoll",
+    "prctl",  # PR_SET_NAME from trio's thread cache; nothing reachable needs privileges
+    "pread64",
+    "prlimit64",
+    "pselect6",
+    "pwrite64",
+    "read",
+    "readlink",
+    "readlinkat",
+    "readv",
+    "recvfrom",
+    "recvmsg",
+    "rename",
+    "renameat",
+    "renameat2",
+    "restart_syscall",
+    "rmdir",
+    "rseq",  # registered by glibc >= 2.35 at startup and for every thread
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "rt_sigreturn",
+    "rt_sigsuspend",  # sh's wait
+    "sched_getaffinity",  # os.sched_getaffinity, nproc
+    "sched_yield",
+    "select",
+    "sendfile",  # shutil.copyfile fast path
+    "sendmsg",
+    "sendto",
+    "set_robust_list",  # glibc, every thread
+    "set_tid_address",  # glibc startup
+    "setitimer",
+    "setsockopt",
+    "shutdown",
+    "sigaltstack",  # faulthandler, CPython stack-overflow guard
+    "stat",
+    "statfs",  # coreutils probe for SELinux
+    "statx",
+    "symlink",
+    "symlinkat",
+    "sysinfo",  # sort, CPython memory probes
+    "tgkill",  # raise()/abort(), signal.pthread_kill
+    "times",
+    "truncate",
+    "umask",
+    "uname",
+    "unlink",
+    "unlinkat",
+    "vfork",  # CPython's _posixsubprocess
+    "wait4",
+    "waitid",
+    "write",
+    "writev",
+)
+# Deliberately absent (killed), beyond the namespace/mount/module/keyring/tracing families:
+#   seccomp        stacking more filters would be harmless but nothing needs it; note that
+#                  prctl(PR_SET_SECCOMP) stays reachable through prctl, equally harmless.
+#   setsid, setpgid  a descendant must not leave the process group (so subprocess's
+#                  start_new_session/process_group, and coreutils `timeout`, die).
+#   personality    even the 0xffffffff query; READ_IMPLIES_EXEC & co. are not wanted.
+#   fork           glibc forks with clone; the legacy syscall is not needed.
+#   mbind, migrate_pages, move_pages, set_mempolicy: NUMA placement, not needed.
+#   chown family, mknod(at), setuid family, capset, timer_create: not needed by the workload.
+# Failing with EPERM instead (ERRNO_EPERM), so tools degrade rather than die:
+#   chmod, fchmod(at), utime(s|nsat), futimesat, chown family, set/removexattr family:
+#                  Landlock does not cover metadata, and a jailed root (real uid 0 mapped
+#                  to itself) owns the host's root files: it could chmod them. fchmod
+#                  needs only a read-only fd, so it goes too.
+#   connect        pathname AF_UNIX sockets (docker.sock, D-Bus) are outside Landlock's
+#                  reach; with connect denied and sockets AF_UNIX *stream* only (an
+#                  unconnected stream socket cannot sendto a path), nothing leaves.
+
+
+class SeccompPolicy(tuple):  # type: ignore[type-arg]
+    """An immutable, hashable, msgspec-encodable seccomp policy (a tuple of plain values).
+
+    Behaves like a ``typing.NamedTuple`` (which is not used only because importing ``typing``
+    would cost the helper ~10 ms).  Fields:
+
+    ``allowed``
+        syscall names allowed unconditionally.
+    ``unix_only_socket``
+        if true, ``socket`` and ``socketpair`` are allowed only when the low 32 bits of the
+        domain argument are ``AF_UNIX``; if false they get no rule (killed unless listed in
+        ``allowed``/``extra_allowed``, which then allows every family).
+    ``errno_enosys``
+        syscall names that fail with ``ENOSYS`` instead of killing (``clone3``: glibc then
+        falls back to ``clone``, whose flags a filter can inspect, unlike clone3's struct).
+    ``extra_allowed``
+        more unconditionally allowed names, for callers that widen the default.
+    ``clone_denied_flags``
+        ``clone`` is allowed iff ``flags & clone_denied_flags == 0`` (0: unconditional).
+    ``ioctl_denied``
+        ``ioctl`` is allowed unless the low 32 bits of the request equal one of these (the
+        kernel truncates the request to ``unsigned int``, so high bits cannot smuggle one
+        through).  Empty: unconditional.
+
+    A name may appear in at most one of allowed/extra_allowed, errno_enosys and the
+    conditional rules (socket/socketpair when ``unix_only_socket``, clone, ioctl).
+    """
+
+    __slots__ = ()
+    _fields = (
+        "allowed",
+        "unix_only_socket",
+        "errno_enosys",
+        "extra_allowed",
+        "clone_denied_flags",
+        "ioctl_denied",
+        "errno_eperm",
+    )
+
+    def __new__(
+        cls,
+        allowed: Iterable[str],
+        unix_only_socket: bool = True,
+        errno_enosys: Iterable[str] = ("clone3",),
+        extra_allowed: Iterable[str] = (),
+        clone_denied_flags: int = NAMESPACE_FLAGS,
+        ioctl_denied: Iterable[int] = (TIOCSTI, TIOCLINUX),
+        errno_eperm: Iterable[str] = (),
+    ) -> SeccompPolicy:
+        fields = (
+            _names(allowed, "allowed"),
+            bool(unix_only_socket),
+            _names(errno_enosys, "errno_enosys"),
+            _names(extra_allowed, "extra_allowed"),
+            _u32(clone_denied_flags, "clone_denied_flags"),
+            tuple(_u32(v, "ioctl_denied") for v in ioctl_denied),
+            _names(errno_eperm, "errno_eperm"),
+        )
+        return tuple.__new__(cls, fields)
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def unix_only_socket(self) -> bool:
+        return self[1]  # type: ignore[no-any-return]
+
+    @property
+    def errno_enosys(self) -> tuple[str, ...]:
+        return self[2]  # type: ignore[no-any-return]
+
+    @property
+    def extra_allowed(self) -> tuple[str, ...]:
+        return self[3]  # type: ignore[no-any-return]
+
+    @property
+    def clone_denied_flags(self) -> int:
+        return self[4]  # type: ignore[no-any-return]
+
+    @property
+    def ioctl_denied(self) -> tuple[int, ...]:
+        return self[5]  # type: ignore[no-any-return]
+
+    @property
+    def errno_eperm(self) -> tuple[str, ...]:
+        return self[6]  # type: ignore[no-any-return]
+
+    def _replace(self, **changes: Any) -> SeccompPolicy:
+        values = self._asdict()
+        unknown = set(changes) - set(values)
+        if unknown:
+            raise TypeError(f"SeccompPolicy has no field(s) {sorted(unknown)}")
+        values.update(changes)
+        return SeccompPolicy(**values)
+
+    def _asdict(self) -> dict[str, Any]:
+        return dict(zip(self._fields, self))
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self))
+        return f"SeccompPolicy({inner})"
+
+
+def _names(values: Iterable[str], field: str) -> tuple[str, ...]:
+    if isinstance(values, str):
+        raise TypeError(f"SeccompPolicy.{field} must be a sequence of names, not a str")
+    out = tuple(values)
+    for v in out:
+        if not isinstance(v, str) or not v:
+            raise TypeError(f"SeccompPolicy.{field}: {v!r} is not a syscall name")
+    return out
+
+
+def _u32(value: int, field: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _U32:
+        raise ValueError(f"SeccompPolicy.{field}: {value!r} is not a 32-bit unsigned int")
+    return value
+
+
+#: Fail with EPERM instead of killing: see the comment above the policy class.
+ERRNO_EPERM: tuple[str, ...] = (
+    "chmod", "chown", "connect", "fchmod", "fchmodat", "fchown", "fchownat", "fremovexattr",
+    "fsetxattr", "futimesat", "lchown", "lremovexattr", "lsetxattr", "removexattr",
+    "setxattr", "utime", "utimensat", "utimes",
+)
+
+DEFAULT_POLICY = SeccompPolicy(
+    allowed=ALLOWED_SYSCALLS,
+    unix_only_socket=True,
+    errno_enosys=("clone3",),
+    extra_allowed=(),
+    clone_denied_flags=NAMESPACE_FLAGS,
+    ioctl_denied=(TIOCSTI, TIOCLINUX),
+    errno_eperm=ERRNO_EPERM,
+)
+
+# --------------------------------------------------------------------------------------------
+# Parent side: compilation with pyseccomp (imported lazily)
+# --------------------------------------------------------------------------------------------
+
+_SOCK_FILTER_SIZE = 8  # struct sock_filter { u16 code; u8 jt; u8 jf; u32 k; }
+_BPF_MAXINSNS = 4096
+_BPF_CACHE: dict[SeccompPolicy, bytes] = {}
+
+
+def _import_pyseccomp() -> Any:
+    try:
+        import pyseccomp  # slow: it runs find_library(), i.e. ldconfig, at import time
+    except (ImportError, OSError, RuntimeError) as exc:
+        raise RuntimeError(
+            "trunner.seccomp needs the 'pyseccomp' package and the libseccomp shared library "
+            f"(libseccomp.so.2, e.g. apt-get install libseccomp2): {exc}"
+        ) from exc
+    return pyseccomp
+
+
+def _low32_complement(denied: Iterable[int]) -> list[tuple[int, int]]:
+    """(mask, value) pairs whose union is exactly the 32-bit values NOT in ``denied``.
+
+    libseccomp cannot attach a rule whose action equals the default action (here: kill), and
+    has no masked "not equal", so "allow unless low32(x) in denied" is written as several
+    ALLOW rules ``(x & mask) == value``: the disjoint prefixes of a binary trie of ``denied``
+    that branch away from every denied value (at most 32 per denied value).
+    """
+    cubes: list[tuple[int, int]] = []
+
+    def walk(values: list[int], bit: int, prefix: int) -> None:
+        if bit < 0:
+            return
+        mask = _U32 & ~((1 << bit) - 1)  # this bit and all higher ones
+        for b in (0, 1):
+            sub = [v for v in values if (v >> bit) & 1 == b]
+            branch = prefix | (b << bit)
+            if sub:
+                walk(sub, bit - 1, branch)
+            else:
+                cubes.append((mask, branch))
+
+    walk(sorted(set(denied)), 31, 0)
+    return cubes
+
+
+def _compile(policy: SeccompPolicy) -> bytes:
+    sc = _import_pyseccomp()
+    native = sc.Arch.NATIVE
+
+    def nr(name: str) -> int:
+        num = sc.resolve_syscall(native, name)
+        if num < 0:
+            raise ValueError(f"seccomp policy: unknown syscall {name!r} on the native arch")
+        return int(num)
+
+    conditional: list[str] = []
+    if policy.unix_only_socket:
+        conditional += ["socket", "socketpair"]
+    if policy.clone_denied_flags:
+        conditional.append("clone")
+    if policy.ioctl_denied:
+        conditional.append("ioctl")
+    groups = {
+        "allowed/extra_allowed": set(policy.allowed) | set(policy.extra_allowed),
+        "errno_enosys": set(policy.errno_enosys),
+        "errno_eperm": set(policy.errno_eperm),
+        "conditional rules": set(conditional),
+    }
+    seen: dict[str, str] = {}
+    for group, names in groups.items():
+        for name in names:
+            if name in seen:
+                raise ValueError(f"seccomp policy: {name!r} is in both {seen[name]} and {group}")
+            seen[name] = group
+
+    flt = sc.SyscallFilter(sc.KILL_PROCESS)
+    # Foreign-arch syscalls (int 0x80 from a 64-bit process) kill too, not just the thread.
+    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+    # We only export; the helper sets no_new_privs itself and is single-threaded (no TSYNC).
+    flt.set_attr(sc.Attr.CTL_NNP, 0)
+    flt.set_attr(sc.Attr.CTL_TSYNC, 0)
+
+    for name in sorted(groups["allowed/extra_allowed"]):
+        flt.add_rule(sc.ALLOW, nr(name))
+    for name in sorted(policy.errno_enosys):
+        flt.add_rule(sc.ERRNO(errno.ENOSYS), nr(name))
+    for name in sorted(policy.errno_eperm):
+        flt.add_rule(sc.ERRNO(errno.EPERM), nr(name))
+    if policy.unix_only_socket:
+        for name in ("socket", "socketpair"):
+            # The kernel reads the domain as an int: compare only the low 32 bits.
+            # Stream only (type & 0xf, past SOCK_NONBLOCK/SOCK_CLOEXEC): a datagram
+            # socket could sendto() a host socket by path without connect().
+            flt.add_rule(
+                sc.ALLOW, nr(name), sc.Arg(0, sc.MASKED_EQ, _U32, AF_UNIX),
+                sc.Arg(1, sc.MASKED_EQ, 0xF, SOCK_STREAM),
+            )
+    if policy.clone_denied_flags:
+        flt.add_rule(sc.ALLOW, nr("clone"), sc.Arg(0, sc.MASKED_EQ, policy.clone_denied_flags, 0))
+    if policy.ioctl_denied:
+        for mask, value in _low32_complement(policy.ioctl_denied):
+            flt.add_rule(sc.ALLOW, nr("ioctl"), sc.Arg(1, sc.MASKED_EQ, mask, value))
+
+    fd = os.memfd_create("trunner-seccomp-bpf", os.MFD_CLOEXEC)
+    with open(fd, "w+b", buffering=0) as f:
+        flt.export_bpf(f)
+        f.seek(0)
+        bpf = f.read()
+    count, rest = divmod(len(bpf), _SOCK_FILTER_SIZE)
+    if rest or not 0 < count <= _BPF_MAXINSNS:
+        raise RuntimeError(f"libseccomp exported an unusable filter ({len(bpf)} bytes)")
+    return bpf
+
+
+def build_bpf(policy: SeccompPolicy = DEFAULT_POLICY) -> bytes:
+    """Compile ``policy`` for the native architecture into ``struct sock_filter`` bytes.
+
+    Deterministic for a given policy and libseccomp version; cached per policy.  Raises
+    ``RuntimeError`` if pyseccomp/libseccomp is unavailable and ``ValueError`` for an
+    inconsistent policy or an unknown syscall name.
+    """
+    if not isinstance(policy, SeccompPolicy):
+        raise TypeError(f"expected a SeccompPolicy, got {type(policy).__name__}")
+    bpf = _BPF_CACHE.get(policy)
+    if bpf is None:
+        bpf = _BPF_CACHE[policy] = _compile(policy)
+    return bpf
+
+
+_NAME_CACHE: dict[int, str | None] = {}
+
+
+def syscall_name(nr: int) -> str | None:
+    """The x86_64 name of syscall number ``nr`` (e.g. from a SIGSYS report), else None.
+
+    None also for x32 numbers (``nr & 0x40000000``) and if libseccomp is unavailable.
+    """
+    if nr in _NAME_CACHE:
+        return _NAME_CACHE[nr]
+    name: str | None = None
+    if 0 <= nr < 0x40000000:
+        try:
+            sc = _import_pyseccomp()
+            name = sc.resolve_syscall(sc.Arch.X86_64, nr).decode("ascii")
+        except (RuntimeError, ValueError, UnicodeDecodeError):
+            name = None
+    _NAME_CACHE[nr] = name
+    return name
+
+
+# --------------------------------------------------------------------------------------------
+# Helper side: ctypes only
+# --------------------------------------------------------------------------------------------
+
+_PR_SET_SECCOMP = 22
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_GET_NO_NEW_PRIVS = 39
+_SECCOMP_MODE_FILTER = 2
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+_prctl: Any = None
+
+
+def _get_prctl() -> Any:
+    global _prctl
+    if _prctl is None:
+        fn = ctypes.CDLL(None, use_errno=True).prctl  # dlopen(NULL): no ldconfig, no search
+        ulong = ctypes.c_ulong
+        fn.argtypes = (ctypes.c_int, ulong, ctypes.c_void_p, ulong, ulong)
+        fn.restype = ctypes.c_int
+        _prctl = fn
+    return _prctl
+
+
+def set_no_new_privs() -> None:
+    """``prctl(PR_SET_NO_NEW_PRIVS, 1)``: required before :func:`install_filter`; irreversible."""
+    if _get_prctl()(_PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}")
+
+
+def install_filter(bpf: bytes) -> None:
+    """Load ``bpf`` (from :func:`build_bpf`) as a seccomp filter on the calling thread.
+
+    The caller must have called :func:`set_no_new_privs` (checked here, even when running with
+    CAP_SYS_ADMIN, which would let the kernel accept it) and must be single-threaded: the filter
+    binds the calling thread and everything it later forks/execs, nothing else.  Call it last:
+    afterwards anything outside the policy kills the process.  Equivalent to
+    ``seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog)``, done via ``prctl(PR_SET_SECCOMP,
+    SECCOMP_MODE_FILTER, &prog)`` so no per-arch syscall number is needed.
+    """
+    if not isinstance(bpf, (bytes, bytearray, memoryview)):
+        raise TypeError(f"bpf must be bytes, got {type(bpf).__name__}")
+    raw = bytes(bpf)
+    count, rest = divmod(len(raw), _SOCK_FILTER_SIZE)
+    if rest or not 0 < count <= _BPF_MAXINSNS:
+        raise ValueError(
+            f"bpf must be 1..{_BPF_MAXINSNS} struct sock_filter of {_SOCK_FILTER_SIZE} bytes, "
+            f"got {len(raw)} bytes"
+        )
+    prctl = _get_prctl()
+    nnp = prctl(_PR_GET_NO_NEW_PRIVS, 0, None, 0, 0)
+    if nnp != 1:
+        err = ctypes.get_errno() if nnp < 0 else errno.EACCES
+        raise OSError(
+            err, "seccomp(SECCOMP_SET_MODE_FILTER): no_new_privs is not set (set_no_new_privs)"
+        )
+    insns = ctypes.create_string_buffer(raw, len(raw))
+    prog = _SockFprog(count, ctypes.addressof(insns))
+    if prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "seccomp(SECCOMP_SET_MODE_FILTER)")
