@@ -343,3 +343,41 @@ async def test_group_and_children_gone_after_every_kind_of_run(runner: Runner) -
     with pytest.raises(RunnerError):
         await runner.run("children:raise_error")
     assert child_pids() == []
+
+
+def test_unprivileged_path_where_the_interpreter_is_reachable(tmp_path: Path) -> None:
+    """As a non-root uid the process limit is RLIMIT_NPROC. That path needs an
+    interpreter (and venv) the unprivileged uid can reach; probe, else skip."""
+    if os.getuid() != 0:
+        host = probe_host()
+        assert host.process_limit == "rlimit_nproc"
+        return
+    probe = subprocess.run(  # the worker's real interpreter, and trunner from it
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         os.path.realpath(sys.executable), "-c", "import sys; print(sys.version)"],
+        capture_output=True, timeout=60, cwd="/",
+    )
+    if probe.returncode != 0 or probe.stdout.decode().strip() != sys.version:
+        pytest.skip(
+            "the worker's interpreter is not reachable by uid 65534 (probed: "
+            f"exit {probe.returncode}, {(probe.stdout + probe.stderr).decode(errors='replace')"
+            f".strip()[:80]!r} is not this {sys.version.split()[0]})"
+        )
+    import shutil
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="trunner-unpriv-", dir="/tmp")
+    os.chmod(root, 0o777)
+    code = (
+        "import trio; from trunner import Runner; r = Runner(temp_root=%r);"
+        "print(r.backend.probe().process_limit, trio.run(r.run, 'echo', 7).response)" % root
+    )
+    try:
+        out = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             sys.executable, "-c", code], capture_output=True, timeout=120, cwd="/",
+        )
+        assert out.stdout.split() == [b"rlimit_nproc", b"7"], out.stderr
+        assert os.listdir(root) == []
+    finally:
+        shutil.rmtree(root)
