@@ -28,14 +28,8 @@ from trunner import landlock, seccomp
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, HostSupport
 from trunner.limits import Limits
+from trunner.profile import DEFAULT_PROFILE, PYTHON_PATHS, TRUNNER_PATH, JailProfile
 
-#: Read-only files in /etc: the loader's cache (without it every process
-#: probes dozens of library directories). /etc/localtime links into /usr.
-ETC_READ_ONLY = ("/etc/ld.so.cache",)
-#: Devices the jail may use: (path, writable).
-DEVICES = (("/dev/null", True), ("/dev/zero", False), ("/dev/urandom", False))
-#: System directories with libraries and tools (read and execute).
-SYSTEM_READ_EXEC = ("/usr", "/lib", "/lib64", "/bin", "/sbin")
 CGROUP_DIR_NAME = "trunner"
 
 
@@ -54,44 +48,68 @@ def rlimits_for(limits: Limits) -> tuple[tuple[str, int, int], ...]:
     )
 
 
-def environment(jail_dir: str) -> dict[str, str]:
+def environment(
+    jail_dir: str, names: Sequence[str], import_paths: Sequence[str] = ()
+) -> dict[str, str]:
     """The whole environment of a jailed process: nothing is inherited."""
-    return {
+    known = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": jail_dir,
         "TMPDIR": jail_dir,
         "LANG": "C.UTF-8",
     }
+    env = {name: known[name] for name in names}
+    if import_paths:
+        env["PYTHONPATH"] = os.pathsep.join(import_paths)
+    return env
+
+
+def _trunner_dir() -> str:
+    import trunner
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(trunner.__file__)))
 
 
 def python_read_exec_paths() -> tuple[str, ...]:
     """Where this interpreter, its stdlib, site-packages and trunner live."""
-    import trunner
-
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     paths.add(os.path.dirname(os.path.realpath(sys.executable)))
-    paths.add(os.path.dirname(os.path.dirname(os.path.abspath(trunner.__file__))))
+    paths.add(_trunner_dir())
     return tuple(sorted(paths))
 
 
+def resolve_paths(paths: Sequence[str]) -> list[str]:
+    """Expand the profile's symbolic paths; drop system paths this host lacks
+    (e.g. no /lib64), which cannot then be reached anyway."""
+    out: list[str] = []
+    for path in paths:
+        if path == PYTHON_PATHS:
+            out += [p for p in python_read_exec_paths() if p != _trunner_dir()]
+        elif path == TRUNNER_PATH:
+            out.append(_trunner_dir())
+        elif os.path.exists(path):
+            out.append(path)
+    return out
+
+
 def landlock_ruleset(
-    abi: int, jail_dir: str, *, read_exec: Sequence[str], read_only: Sequence[str] = ()
+    abi: int, jail_dir: str, profile: JailProfile, import_paths: Sequence[str] = ()
 ) -> landlock.Ruleset:
     """The filesystem (and TCP) rules for one invocation."""
-    rx = [p for p in (*SYSTEM_READ_EXEC, *read_exec) if os.path.exists(p)]
-    ro = [p for p in ETC_READ_ONLY if os.path.exists(p)]
-    # /proc/self resolves, in the helper, to the helper's own pid dir, which
-    # the adapter keeps across exec: the worker may read its own status,
-    # not other processes' command lines.
-    ro += ["/proc/self", *(dev for dev, writable in DEVICES if not writable), *read_only]
-    rw = [jail_dir, *(dev for dev, writable in DEVICES if writable)]
-    return landlock.plan_ruleset(abi, read_exec=rx, read_only=ro, read_write=rw)
+    return landlock.plan_ruleset(
+        abi,
+        read_exec=resolve_paths(profile.read_exec),
+        read_only=[*resolve_paths(profile.read_only), *import_paths],
+        read_write=[jail_dir, *resolve_paths(profile.read_write)],
+        connect_tcp_ports=profile.tcp_connect_ports,
+    )
 
 
 def helper_plan(
     *,
     env_names: Sequence[str],
     ids: tuple[int, int],
+    netns: bool,
     cgroup: str | None,
     nproc_extra: int | None,
     rlimits: Sequence[tuple[str, int, int]],
@@ -107,7 +125,7 @@ def helper_plan(
     if nproc_extra is not None:
         plan.append(f"nproc={nproc_extra}")
     plan += [f"rlimit={name}:{soft}:{hard}" for name, soft, hard in rlimits]
-    plan += [f"userns={ids[0]}:{ids[1]}", "netns=1", "dropcaps=1"]
+    plan += [f"userns={ids[0]}:{ids[1]}", f"netns={int(netns)}", "dropcaps=1"]
     plan += [f"ll={item}" for item in landlock.encode_ruleset(ruleset)]
     plan += [f"parent={parent_pid}", f"seccomp={bpf.hex()}"]
     if fail_step is not None:
@@ -283,6 +301,7 @@ class LinuxBackend:
 
     worker: str
     import_paths: tuple[str, ...] = ()
+    profile: JailProfile = DEFAULT_PROFILE
     fail_step: str | None = None
     landlock_abi: int | None = None
     _cache: dict[str, object] = field(default_factory=dict, repr=False)
@@ -294,6 +313,10 @@ class LinuxBackend:
         host = self.probe()
         if host.refusal is not None:
             raise RunnerError(host.refusal, host.refusal_detail)
+        if self.profile.tcp_connect_ports and self.abi() < 4:
+            raise RunnerError(
+                Reason.SANDBOX_SETUP, "landlock: TCP port rules need ABI 4 or newer"
+            )
         if self.abi() < landlock.MIN_ABI:
             raise RunnerError(
                 Reason.SANDBOX_SETUP,
@@ -306,19 +329,15 @@ class LinuxBackend:
         return min(self.probe().landlock_abi, landlock.KNOWN_ABI)
 
     def bpf(self) -> bytes:
-        return seccomp.build_bpf(seccomp.DEFAULT_POLICY)
+        return seccomp.build_bpf(self.profile.seccomp)
 
     def open_jail(
         self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits
     ) -> LinuxJail:
         self.check()
         host = self.probe()
-        env = environment(jail_dir)
-        if self.import_paths:
-            env["PYTHONPATH"] = os.pathsep.join(self.import_paths)
-        ruleset = landlock_ruleset(
-            self.abi(), jail_dir, read_exec=python_read_exec_paths(), read_only=self.import_paths
-        )
+        env = environment(jail_dir, self.profile.environment, self.import_paths)
+        ruleset = landlock_ruleset(self.abi(), jail_dir, self.profile, self.import_paths)
         cgroup = None
         assert host.process_limit is not None
         if host.process_limit.startswith("pids_cgroup:"):
@@ -336,6 +355,7 @@ class LinuxBackend:
         plan = helper_plan(
             env_names=list(env),
             ids=(os.getuid(), os.getgid()),
+            netns="net" in self.profile.namespaces,
             cgroup=cgroup,
             nproc_extra=limits.processes,
             rlimits=rlimits_for(limits),

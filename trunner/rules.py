@@ -1,16 +1,20 @@
 """The effective rules version: one BLAKE3 digest naming the rules in force.
 
 It hashes a canonical msgpack encoding (sorted keys) of everything that
-decides the rules as applied on this host: a schema version, the Landlock
-ABI used and rules, the seccomp BPF bytes for this architecture, the helper
-plan's fixed parts and the `Limits`. Same rules on the same host, same
-digest; any rule change, a new digest.
+decides the rules as applied on this host: a schema version, the jail
+profile (namespaces, Landlock paths and rights, network policy, the seccomp
+policy, the environment names, the process-limit mechanism), the seccomp BPF
+bytes for this architecture, the Landlock ABI actually used, the `Limits`,
+the import paths, and, when a provider is configured, the BLAKE3 of the
+provider profile template. Not hashed: host paths behind the profile's
+symbolic `@python`/`@trunner` entries, and the per-run jail dir.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import sys
 from typing import TYPE_CHECKING, Any, Final
 
 import blake3
@@ -22,38 +26,30 @@ if TYPE_CHECKING:
 
 #: Bump when the meaning of a hashed field changes.
 SCHEMA_VERSION: Final = 1
-#: Stands for the per-invocation jail dir, which is not a rule.
-JAIL_DIR_PLACEHOLDER: Final = "<jail>"
 
 _ENCODER = msgspec.msgpack.Encoder(order="sorted")
 
 
 def rules_document(backend: JailBackend, limits: Limits) -> dict[str, Any]:
     """The canonical description of the rules, before hashing."""
-    from trunner import linux, seccomp
+    from trunner import linux
 
     assert isinstance(backend, linux.LinuxBackend)
-    host = backend.probe()
-    ruleset = linux.landlock_ruleset(
-        backend.abi(),
-        JAIL_DIR_PLACEHOLDER,
-        read_exec=linux.python_read_exec_paths(),
-        read_only=backend.import_paths,
-    )
-    return {
+    profile = backend.profile
+    doc: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "backend": "linux",
         "machine": platform.machine(),
-        "landlock": ruleset._asdict(),
-        "seccomp_policy": seccomp.DEFAULT_POLICY._asdict(),
+        "profile": msgspec.structs.asdict(profile) | {"seccomp": profile.seccomp._asdict()},
         "seccomp_bpf": backend.bpf(),
-        "namespaces": ["user", "net"],
-        "environment": sorted(linux.environment(JAIL_DIR_PLACEHOLDER).items()),
+        "landlock_abi": backend.abi(),
+        "process_limit": (backend.probe().process_limit or "").split(":", 1)[0],
         "import_paths": list(backend.import_paths),
-        "rlimits": [list(r) for r in linux.rlimits_for(limits)],
-        "process_limit": (host.process_limit or "").split(":", 1)[0],
         "limits": msgspec.structs.asdict(limits),
     }
+    if profile.name == "provider":
+        doc["provider_template_blake3"] = provider_profile_template_blake3()
+    return doc
 
 
 def effective_rules_version(backend: JailBackend, limits: Limits) -> str:
@@ -63,9 +59,10 @@ def effective_rules_version(backend: JailBackend, limits: Limits) -> str:
 
 def provider_profile_template_blake3() -> str | None:
     """The BLAKE3 of the provider jail profile template on this platform, or
-    None where no provider profile is measured."""
-    path = os.path.join(os.path.dirname(__file__), "profiles", "provider.toml")
-    if not os.path.exists(path) or not platform.system() == "Linux":
+    None where no provider profile is measured (no backend here)."""
+    from trunner.profile import PROVIDER_TEMPLATE
+
+    if sys.platform != "linux" or not os.path.exists(PROVIDER_TEMPLATE):
         return None
-    with open(path, "rb") as f:
+    with open(PROVIDER_TEMPLATE, "rb") as f:
         return blake3.blake3(f.read()).hexdigest()

@@ -16,7 +16,7 @@ import re
 import shutil
 import signal
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Generic, TypeVar, final
 
 import msgspec
@@ -57,6 +57,9 @@ class Runner:
             may read them and they become the worker's PYTHONPATH.
         temp_root: where jail dirs are made (default: the system temp dir).
         worker: the worker binary (default: `locate_worker()`).
+        provider: configure the provider profile (`ports`, `hosts`,
+            `read_only`; see `trunner.profile.ProviderConfig`) instead of the
+            default no-network profile. Checked here, before any spawn.
 
     Raises:
         RunnerError: `unsupported_platform`, `worker_not_found`,
@@ -71,6 +74,7 @@ class Runner:
         import_paths: Sequence[str] = (),
         temp_root: str | None = None,
         worker: str | None = None,
+        provider: Mapping[str, Any] | None = None,
         _backend_options: dict[str, Any] | None = None,
     ) -> None:
         self.limits = limits if limits is not None else Limits()
@@ -82,8 +86,13 @@ class Runner:
                 raise ValueError(f"import path {path!r} is not a directory")
         self.temp_root = temp_root
         self.worker = worker if worker is not None else locate_worker()
+        options = dict(_backend_options or {})
+        if provider is not None:
+            from trunner.profile import provider_profile
+
+            options["profile"] = provider_profile(provider)
         self._backend = _jail.platform_backend(
-            self.worker, import_paths=self.import_paths, **(_backend_options or {})
+            self.worker, import_paths=self.import_paths, **options
         )
         self._backend.check()
         self._versions: dict[Limits, str] = {}

@@ -38,6 +38,8 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 AF_UNIX = 1
+AF_INET = 2
+AF_INET6 = 10
 SOCK_STREAM = 1
 
 CLONE_NEWNS = 0x00020000
@@ -275,6 +277,7 @@ class SeccompPolicy(tuple):  # type: ignore[type-arg]
         "clone_denied_flags",
         "ioctl_denied",
         "errno_eperm",
+        "inet_socket",
     )
 
     def __new__(
@@ -286,6 +289,7 @@ class SeccompPolicy(tuple):  # type: ignore[type-arg]
         clone_denied_flags: int = NAMESPACE_FLAGS,
         ioctl_denied: Iterable[int] = (TIOCSTI, TIOCLINUX),
         errno_eperm: Iterable[str] = (),
+        inet_socket: bool = False,
     ) -> SeccompPolicy:
         fields = (
             _names(allowed, "allowed"),
@@ -295,6 +299,7 @@ class SeccompPolicy(tuple):  # type: ignore[type-arg]
             _u32(clone_denied_flags, "clone_denied_flags"),
             tuple(_u32(v, "ioctl_denied") for v in ioctl_denied),
             _names(errno_eperm, "errno_eperm"),
+            bool(inet_socket),
         )
         return tuple.__new__(cls, fields)
 
@@ -325,6 +330,13 @@ class SeccompPolicy(tuple):  # type: ignore[type-arg]
     @property
     def errno_eperm(self) -> tuple[str, ...]:
         return self[6]  # type: ignore[no-any-return]
+
+    @property
+    def inet_socket(self) -> bool:
+        """`socket` for AF_INET/AF_INET6 stream only, and no longer AF_UNIX
+        (socketpair stays AF_UNIX stream): the provider profile, where
+        Landlock limits TCP connect to the configured ports."""
+        return self[7]  # type: ignore[no-any-return]
 
     def _replace(self, **changes: Any) -> SeccompPolicy:
         values = self._asdict()
@@ -367,6 +379,18 @@ ERRNO_EPERM: tuple[str, ...] = (
     "fsetxattr", "futimesat", "lchown", "lremovexattr", "lsetxattr", "removexattr",
     "setxattr", "utime", "utimensat", "utimes",
 )
+
+def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
+    """The provider profile's policy: TCP sockets and `connect` allowed (Landlock
+    limits the ports), AF_UNIX sockets no longer creatable, so `connect` cannot
+    reach a pathname unix socket on the host."""
+    base = DEFAULT_POLICY if base is None else base
+    return base._replace(
+        inet_socket=True,
+        allowed=tuple(sorted({*base.allowed, "connect"})),
+        errno_eperm=tuple(n for n in base.errno_eperm if n != "connect"),
+    )
+
 
 DEFAULT_POLICY = SeccompPolicy(
     allowed=ALLOWED_SYSCALLS,
@@ -468,12 +492,18 @@ def _compile(policy: SeccompPolicy) -> bytes:
     for name in sorted(policy.errno_eperm):
         flt.add_rule(sc.ERRNO(errno.EPERM), nr(name))
     if policy.unix_only_socket:
-        for name in ("socket", "socketpair"):
+        for name in ("socketpair",) if policy.inet_socket else ("socket", "socketpair"):
             # The kernel reads the domain as an int: compare only the low 32 bits.
             # Stream only (type & 0xf, past SOCK_NONBLOCK/SOCK_CLOEXEC): a datagram
             # socket could sendto() a host socket by path without connect().
             flt.add_rule(
                 sc.ALLOW, nr(name), sc.Arg(0, sc.MASKED_EQ, _U32, AF_UNIX),
+                sc.Arg(1, sc.MASKED_EQ, 0xF, SOCK_STREAM),
+            )
+    if policy.unix_only_socket and policy.inet_socket:
+        for family in (AF_INET, AF_INET6):
+            flt.add_rule(
+                sc.ALLOW, nr("socket"), sc.Arg(0, sc.MASKED_EQ, _U32, family),
                 sc.Arg(1, sc.MASKED_EQ, 0xF, SOCK_STREAM),
             )
     if policy.clone_denied_flags:

@@ -1,0 +1,186 @@
+"""The effective rules version and the provider profile."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import blake3
+import msgspec
+import pytest
+
+from conftest import TESTS_DIR, child_pids
+from trunner import Limits, Reason, Runner, RunnerError, provider_profile_template_blake3
+from trunner.linux import LinuxBackend, probe_host
+from trunner.profile import DEFAULT_PROFILE, PROVIDER_TEMPLATE, provider_profile
+from trunner.rules import effective_rules_version
+from trunner.seccomp import DEFAULT_POLICY
+
+#: The default profile's version with default Limits on the CI host
+#: (x86_64, Landlock ABI 7, root with a pids cgroup, no import paths).
+#: A rule change must change this line: that is the point.
+GOLDEN_DEFAULT = "eb72fbff3c93a64e70ac467f588c5cfb8bdfd421887b5e0b1620301f4302c900"
+
+
+def version(limits: Limits | None = None, **backend: Any) -> str:
+    return effective_rules_version(LinuxBackend("trunner-worker", **backend), limits or Limits())
+
+
+def test_same_inputs_same_version_in_two_processes() -> None:
+    code = (
+        "from trunner.linux import LinuxBackend; from trunner.limits import Limits;"
+        "from trunner.rules import effective_rules_version as v;"
+        "print(v(LinuxBackend('trunner-worker'), Limits()))"
+    )
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert other.stdout.decode().strip() == version()
+
+
+def test_golden_default_version() -> None:
+    host = probe_host()
+    if (platform.machine(), host.landlock_abi, (host.process_limit or "").split(":")[0]) != (
+        "x86_64", 7, "pids_cgroup"
+    ):
+        pytest.skip("the golden digest is pinned for x86_64, Landlock ABI 7, root")
+    assert version() == GOLDEN_DEFAULT
+
+
+PROFILE_CHANGES = {
+    "name": "other",
+    "namespaces": ("user",),
+    "read_exec": (*DEFAULT_PROFILE.read_exec, "/opt"),
+    "read_only": DEFAULT_PROFILE.read_only[1:],
+    "read_write": (),
+    "tcp_connect_ports": (443,),
+    "provider_hosts": ("example.org",),
+    "seccomp": DEFAULT_POLICY._replace(allowed=DEFAULT_POLICY.allowed[1:]),
+    "environment": ("PATH",),
+}
+
+
+@pytest.mark.parametrize("field", sorted(PROFILE_CHANGES))
+def test_each_profile_field_changes_the_version(field: str) -> None:
+    changed = msgspec.structs.replace(DEFAULT_PROFILE, **{field: PROFILE_CHANGES[field]})
+    assert version(profile=changed) != version()
+
+
+def test_every_profile_field_is_covered() -> None:
+    assert set(PROFILE_CHANGES) | {"process_limit"} == set(DEFAULT_PROFILE.__struct_fields__)
+
+
+@pytest.mark.parametrize("field", Limits.__struct_fields__)
+def test_each_limits_field_changes_the_version(field: str) -> None:
+    value = getattr(Limits(), field)
+    assert version(Limits().replace(**{field: value * 2})) != version()
+
+
+def test_import_paths_and_provider_change_the_version() -> None:
+    assert version(import_paths=(TESTS_DIR,)) != version()
+    assert version(profile=provider_profile({"ports": [443]})) != version()
+    assert version(profile=provider_profile({"ports": [443]})) != version(
+        profile=provider_profile({"ports": [8443]})
+    )
+
+
+def test_template_digest_is_blake3_of_the_shipped_file() -> None:
+    digest = provider_profile_template_blake3()
+    assert digest == blake3.blake3(Path(PROVIDER_TEMPLATE).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("config", "template", "match"),
+    [
+        ({"ports": [0]}, None, "ports"),
+        ({"ports": [70000]}, None, "ports"),
+        ({"ports": []}, None, "ports"),
+        ({"ports": [443], "bogus": 1}, None, "bogus"),
+        ({"ports": [443], "read_only": ["/no/such/path"]}, None, "/no/such/path"),
+        ({"ports": [443], "read_only": ["relative"]}, None, "relative"),
+        ({"ports": [443]}, 'name = "p"\nx = {{nope}}\n', "nope"),
+        ({"ports": [443]}, 'name = {{ports\n', "unbalanced"),
+    ],
+)
+def test_bad_provider_configuration_is_refused(
+    config: dict[str, Any], template: str | None, match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        provider_profile(config, template=template)
+
+
+def test_bad_provider_configuration_is_refused_at_runner_construction(jail_root: Path) -> None:
+    with pytest.raises(ValueError, match="ports"):
+        Runner(temp_root=str(jail_root), provider={"ports": [99999]})
+    assert child_pids() == []
+
+
+CONNECT = """
+import errno, socket
+out = {}
+for port in PORTS:
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+        out[port] = "connected"
+    except OSError as e:
+        out[port] = errno.errorcode[e.errno]
+    finally:
+        s.close()
+result = out
+"""
+
+
+def _listen() -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    s.setblocking(False)
+    return s
+
+
+async def test_provider_connects_to_allowed_port_only(jail_root: Path) -> None:
+    with _listen() as allowed, _listen() as other:
+        ports = [allowed.getsockname()[1], other.getsockname()[1]]
+        runner = Runner(
+            temp_root=str(jail_root), import_paths=[TESTS_DIR], provider={"ports": ports[:1]}
+        )
+        code = textwrap.dedent(CONNECT).replace("PORTS", repr(ports))
+        result = (await runner.run("children:run_code", code)).response
+        assert result == {ports[0]: "connected", ports[1]: "EACCES"}
+        conn, _ = allowed.accept()  # the allowed listener saw exactly that one
+        conn.close()
+        with pytest.raises(BlockingIOError):
+            other.accept()
+
+
+async def test_default_profile_connects_nowhere(runner: Runner) -> None:
+    with _listen() as listener:
+        port = listener.getsockname()[1]
+        code = textwrap.dedent(CONNECT).replace("PORTS", repr([port]))
+        with pytest.raises(RunnerError) as info:
+            await runner.run("children:run_code", code)
+        assert info.value.reason is Reason.SYSCALL_DENIED
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+
+
+async def test_provider_still_denies_udp_unix_and_bind(jail_root: Path) -> None:
+    runner = Runner(temp_root=str(jail_root), import_paths=[TESTS_DIR], provider={"ports": [9]})
+    result = (await runner.run("children:run_code", textwrap.dedent("""
+        import errno, socket
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", 0)); result = "bound"
+        except OSError as e:
+            result = errno.errorcode[e.errno]
+    """))).response
+    assert result == "EACCES"
+    for code in ("import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)",
+                 "import socket; socket.socket(socket.AF_UNIX)"):
+        with pytest.raises(RunnerError) as info:
+            await runner.run("children:run_code", code)
+        assert info.value.reason is Reason.SYSCALL_DENIED
