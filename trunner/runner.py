@@ -16,8 +16,9 @@ import re
 import shutil
 import signal
 import tempfile
+from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final
 
 import msgspec
 import trio
@@ -28,8 +29,11 @@ from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.limits import Limits
 from trunner.nursery_run import Outcome, supervise
 from trunner.protocol import HEADER_BYTES, ExecRequest, ExecResult, decode_single_frame, encode_frame
-from trunner.spawn import spawn
+from trunner.spawn import Child, spawn
 from trunner.worker import locate_worker
+
+if TYPE_CHECKING:
+    from trunner.pool import WorkerPool
 
 T = TypeVar("T")
 
@@ -169,6 +173,11 @@ class Runner:
         return await self.run("exec", request, limits=limits, response_type=ExecResult)
 
     async def _invoke(self, adapter_argv: Sequence[str], frame: bytes, limits: Limits) -> Outcome:
+        deadline = trio.current_time() + limits.wall_time_s  # set at spawn
+        return await self._serve(await self._start(adapter_argv, limits), frame, limits, deadline)
+
+    async def _start(self, adapter_argv: Sequence[str], limits: Limits) -> Started:
+        """Make a jail dir and a jail, and spawn the helper into them."""
         try:
             jail_dir = tempfile.mkdtemp(prefix="trunner-", dir=self.temp_root)
         except OSError as e:
@@ -180,20 +189,70 @@ class Runner:
                 jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits
             )
             try:
-                deadline = trio.current_time() + limits.wall_time_s
-                child = await spawn(jail.command)
-                return await supervise(
-                    child,
-                    frame,
-                    deadline=deadline,
-                    stdout_max_bytes=limits.stdout_max_bytes,
-                    stderr_max_bytes=limits.stderr_max_bytes,
-                )
-            finally:
+                return Started(jail_dir, jail, await spawn(jail.command))
+            except BaseException:
                 with trio.CancelScope(shield=True):
                     await jail.release()
-        finally:
+                raise
+        except BaseException:
             remove_tree(jail_dir)
+            raise
+
+    async def _serve(
+        self, started: Started, frame: bytes, limits: Limits, deadline: float
+    ) -> Outcome:
+        """Supervise a started child to its end, then free its jail."""
+        try:
+            return await supervise(
+                started.child,
+                frame,
+                deadline=deadline,
+                stdout_max_bytes=limits.stdout_max_bytes,
+                stderr_max_bytes=limits.stderr_max_bytes,
+            )
+        finally:
+            with trio.CancelScope(shield=True):
+                await started.jail.release()
+            remove_tree(started.jail_dir)
+
+    async def _discard(self, started: Started) -> None:
+        """End a started child that will serve nothing (an idle pooled worker)."""
+        with trio.CancelScope(shield=True):
+            child = started.child
+            try:
+                child.kill_group()
+                await child.wait_exit()
+                child.reap()
+                await child.aclose_streams()
+                await started.jail.release()
+            finally:
+                remove_tree(started.jail_dir)
+
+    def pool(
+        self, mode: str, *, size: int = 2, limits: Limits | None = None, idle_s: float = 60.0
+    ) -> WorkerPool:
+        """Keep `size` jailed workers of `mode` spawned and waiting for a
+        request: `async with runner.pool("echo") as pool: await pool.run(x)`.
+
+        Each still serves one invocation in its own process, group and jail
+        dir, with the same caps, deadline (from the moment the request is
+        written) and verdict. Idle workers are ended after `idle_s` without
+        use; the pool refills on the next use, in a nursery the `async with`
+        opens in the caller's task.
+        """
+        from trunner.pool import WorkerPool
+
+        limits = self.limits if limits is None else limits
+        return WorkerPool(self, self.resolve_mode(mode), size=size, limits=limits, idle_s=idle_s)
+
+
+@dataclass(eq=False)
+class Started:
+    """A spawned child in its jail, not yet given its request."""
+
+    jail_dir: str
+    jail: _jail.Jail
+    child: Child
 
 
 def judge(outcome: Outcome, limits: Limits, response_type: Any = Any) -> Any:

@@ -1,0 +1,67 @@
+"""Prewarmed workers: same jail, same caps, same verdict, one use each."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from conftest import child_pids, is_alive
+from trunner import Reason, Runner, RunnerError
+
+
+async def wait_idle(pool, n: int) -> None:  # type: ignore[no-untyped-def]
+    with trio.fail_after(60):
+        while pool.idle_workers < n:
+            await trio.sleep(0.02)
+
+
+async def test_each_request_gets_its_own_prewarmed_jailed_process(runner: Runner) -> None:
+    async with runner.pool("children:status", size=2) as pool:
+        await wait_idle(pool, 2)
+        first = (await pool.run(None)).response
+        second = (await pool.run(None)).response
+    assert first["pid"] != second["pid"]
+    for status in (first, second):
+        assert status["pgid"] == status["pid"]
+        assert "Seccomp:\t2" in status["status"] and "NoNewPrivs:\t1" in status["status"]
+        assert not is_alive(status["pid"])
+    assert child_pids() == []
+
+
+async def test_deadline_starts_when_the_request_is_written(runner: Runner) -> None:
+    limits = runner.limits.replace(wall_time_s=1.0)
+    async with runner.pool("echo", size=1, limits=limits) as pool:
+        await wait_idle(pool, 1)
+        await trio.sleep(1.5)  # idle longer than the wall time
+        assert (await pool.run("late")).response == "late"
+
+
+async def test_pooled_workers_keep_every_reason(runner: Runner) -> None:
+    async with runner.pool("children:frame_then_byte", size=1) as pool:
+        await wait_idle(pool, 1)
+        with pytest.raises(RunnerError) as info:
+            await pool.run({"a": 1})
+        assert info.value.reason is Reason.TRAILING_BYTES
+    limits = runner.limits.replace(stdout_max_bytes=1000)
+    async with runner.pool("children:write_then_sleep", size=1, limits=limits) as pool:
+        await wait_idle(pool, 1)
+        with pytest.raises(RunnerError) as info:
+            await pool.run({"n": 1001, "fd": 1})
+        assert info.value.reason is Reason.STDOUT_CAP
+
+
+async def test_idle_workers_are_ended_and_refilled_on_use(runner: Runner) -> None:
+    async with runner.pool("echo", size=2, idle_s=1.0) as pool:
+        await wait_idle(pool, 2)
+        with trio.fail_after(30):
+            while pool.idle_workers:
+                await trio.sleep(0.05)
+        assert child_pids() == []
+        assert (await pool.run(1)).response == 1  # served cold, wakes the refill
+        await wait_idle(pool, 2)
+
+
+async def test_pool_outside_async_with_is_refused(runner: Runner) -> None:
+    pool = runner.pool("echo")
+    with pytest.raises(RuntimeError):
+        await pool.run(1)

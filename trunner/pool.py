@@ -1,0 +1,119 @@
+"""Prewarmed jailed workers: spawned ahead, helper done, adapter imported,
+each blocked reading its one request.
+
+Nothing of the contract is relaxed: a pooled worker is an ordinary jailed
+child that has not been given its request yet. It serves exactly one
+invocation in its own process group and jail dir; the wall-clock deadline
+starts when its request is written; the caps and the verdict are the same.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from trunner.errors import RunnerError
+from trunner.protocol import encode_frame
+
+#: Pause before retrying a refill that could not spawn.
+REFILL_BACKOFF_S = 1.0
+
+if TYPE_CHECKING:
+    from trunner.limits import Limits
+    from trunner.runner import Result, Runner, Started
+
+
+class WorkerPool:
+    """Use as `async with runner.pool(mode) as pool:`; see `Runner.pool`."""
+
+    def __init__(
+        self, runner: Runner, mode: str, *, size: int, limits: Limits, idle_s: float
+    ) -> None:
+        if size < 1:
+            raise ValueError("pool size must be at least 1")
+        if idle_s <= 0:
+            raise ValueError("idle_s must be positive")
+        self._runner, self._limits = runner, limits
+        self._argv = (runner.worker, mode)
+        self.size, self.idle_s = size, idle_s
+        self._idle: deque[Started] = deque()
+        self._last_use = 0.0
+        self._wanted = trio.Event()
+        self._open = False
+
+    async def __aenter__(self) -> WorkerPool:
+        self._cm = self._running()
+        return await self._cm.__aenter__()
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        return await self._cm.__aexit__(*exc)  # type: ignore[arg-type]
+
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[WorkerPool]:
+        self._open = True
+        self._last_use = trio.current_time()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._refill)
+                try:
+                    yield self
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._open = False
+            while self._idle:
+                await self._runner._discard(self._idle.popleft())
+
+    @property
+    def idle_workers(self) -> int:
+        """Workers spawned and waiting for a request."""
+        return len(self._idle)
+
+    async def run(self, request: object, *, response_type: Any = Any) -> Result[Any]:
+        """Serve `request` on a prewarmed worker (or a fresh one if none is
+        ready). Same reasons, same verdict as `Runner.run`."""
+        from trunner.runner import Result, judge
+
+        if not self._open:
+            raise RuntimeError("use the pool inside `async with runner.pool(...)`")
+        frame = encode_frame(request)
+        version = self._runner.rules_version(self._limits)
+        self._last_use = trio.current_time()
+        self._wanted.set()
+        # A worker that died while idle (e.g. a refused setup) is served all the
+        # same, so the caller gets its real reason rather than a silent respawn.
+        if self._idle:
+            started = self._idle.popleft()
+        else:
+            started = await self._runner._start(self._argv, self._limits)
+        deadline = trio.current_time() + self._limits.wall_time_s  # from the request on
+        outcome = await self._runner._serve(started, frame, self._limits, deadline)
+        return Result(judge(outcome, self._limits, response_type), version)
+
+    async def _refill(self) -> None:
+        while True:
+            # Fresh before looking, so a run() during the awaits below is seen.
+            self._wanted = trio.Event()
+            if trio.current_time() - self._last_use >= self.idle_s:
+                # Unused for idle_s: end the idle workers, refill on next use.
+                while self._idle:
+                    await self._runner._discard(self._idle.popleft())
+                await self._wanted.wait()
+            elif len(self._idle) < self.size:
+                try:
+                    started = await self._runner._start(self._argv, self._limits)
+                except RunnerError:
+                    # run() starts its own worker and reports the reason.
+                    await trio.sleep(REFILL_BACKOFF_S)
+                    continue
+                if self._open:
+                    self._idle.append(started)
+                else:
+                    await self._runner._discard(started)
+            else:
+                with trio.move_on_at(self._last_use + self.idle_s):
+                    await self._wanted.wait()
