@@ -24,6 +24,7 @@ import msgspec
 import trio
 
 from trunner import jail as _jail
+from trunner.adapters import BUILTIN_MODES
 from trunner.errors import Reason, RunnerError
 from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.limits import Limits
@@ -40,7 +41,6 @@ T = TypeVar("T")
 #: Most stderr bytes quoted in a `RunnerError.detail`.
 STDERR_EXCERPT_BYTES: Final = 2000
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-BUILTIN_MODES: Final = ("echo", "exec")
 
 
 @final

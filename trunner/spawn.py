@@ -41,13 +41,6 @@ class Child:
     _popen: subprocess.Popen[bytes]
     wait_status: int | None = None
 
-    @property
-    def has_exited(self) -> bool:
-        """Whether the leader has exited (it may still be unreaped)."""
-        import select
-
-        return bool(select.select([self.pidfd], [], [], 0)[0])
-
     async def wait_exit(self) -> None:
         """Wait until the leader exits, without reaping it."""
         await trio.lowlevel.wait_readable(self.pidfd)
