@@ -127,7 +127,6 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "getgroups",  # id
     "getitimer",
     "getpeername",
-    "getpgid",
     "getpgrp",  # sh
     "getpid",
     "getppid",
@@ -135,14 +134,13 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "getresgid",
     "getresuid",
     "getrusage",
-    "getsid",
     "getsockname",
     "getsockopt",
     "gettid",
     "gettimeofday",
     "getuid",
     "getxattr",  # ls probes POSIX ACLs; shutil.copystat reads xattrs
-    "kill",  # the jail's PID namespace bounds who can be signalled
+    "kill",  # Landlock's signal scope (ABI 6) bounds who can be signalled
     "lgetxattr",
     "link",
     "linkat",
@@ -171,7 +169,6 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "ppoll",
     "prctl",  # PR_SET_NAME from trio's thread cache; nothing reachable needs privileges
     "pread64",
-    "prlimit64",
     "pselect6",
     "pwrite64",
     "read",
@@ -190,7 +187,6 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "rt_sigprocmask",
     "rt_sigreturn",
     "rt_sigsuspend",  # sh's wait
-    "sched_getaffinity",  # os.sched_getaffinity, nproc
     "sched_yield",
     "select",
     "sendfile",  # shutil.copyfile fast path
@@ -278,6 +274,7 @@ class SeccompPolicy(tuple):  # type: ignore[type-arg]
         "ioctl_denied",
         "errno_eperm",
         "inet_socket",
+        "self_only",
     )
 
     def __new__(
@@ -290,6 +287,7 @@ class SeccompPolicy(tuple):  # type: ignore[type-arg]
         ioctl_denied: Iterable[int] = (TIOCSTI, TIOCLINUX),
         errno_eperm: Iterable[str] = (),
         inet_socket: bool = False,
+        self_only: Iterable[str] = (),
     ) -> SeccompPolicy:
         fields = (
             _names(allowed, "allowed"),
@@ -300,6 +298,7 @@ class SeccompPolicy(tuple):  # type: ignore[type-arg]
             tuple(_u32(v, "ioctl_denied") for v in ioctl_denied),
             _names(errno_eperm, "errno_eperm"),
             bool(inet_socket),
+            _names(self_only, "self_only"),
         )
         return tuple.__new__(cls, fields)
 
@@ -330,6 +329,11 @@ class SeccompPolicy(tuple):  # type: ignore[type-arg]
     @property
     def errno_eperm(self) -> tuple[str, ...]:
         return self[6]  # type: ignore[no-any-return]
+
+    @property
+    def self_only(self) -> tuple[str, ...]:
+        """Allowed only with a pid argument (arg 0) of 0: the caller itself."""
+        return self[8]  # type: ignore[no-any-return]
 
     @property
     def inet_socket(self) -> bool:
@@ -373,6 +377,11 @@ def _u32(value: int, field: str) -> int:
     return value
 
 
+#: Allowed only on the calling process (pid argument 0): on another pid they
+#: would read or lower a host process's limits (prlimit64, same uid) or probe
+#: which host processes exist; there is no PID namespace to hide them.
+SELF_ONLY: tuple[str, ...] = ("getpgid", "getsid", "prlimit64", "sched_getaffinity")
+
 #: Fail with EPERM instead of killing: see the comment above the policy class.
 ERRNO_EPERM: tuple[str, ...] = (
     "chmod", "chown", "connect", "fchmod", "fchmodat", "fchown", "fchownat", "fremovexattr",
@@ -400,6 +409,7 @@ DEFAULT_POLICY = SeccompPolicy(
     clone_denied_flags=NAMESPACE_FLAGS,
     ioctl_denied=(TIOCSTI, TIOCLINUX),
     errno_eperm=ERRNO_EPERM,
+    self_only=SELF_ONLY,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -469,6 +479,7 @@ def _compile(policy: SeccompPolicy) -> bytes:
         "allowed/extra_allowed": set(policy.allowed) | set(policy.extra_allowed),
         "errno_enosys": set(policy.errno_enosys),
         "errno_eperm": set(policy.errno_eperm),
+        "self_only": set(policy.self_only),
         "conditional rules": set(conditional),
     }
     seen: dict[str, str] = {}
@@ -500,6 +511,8 @@ def _compile(policy: SeccompPolicy) -> bytes:
                 sc.ALLOW, nr(name), sc.Arg(0, sc.MASKED_EQ, _U32, AF_UNIX),
                 sc.Arg(1, sc.MASKED_EQ, 0xF, SOCK_STREAM),
             )
+    for name in sorted(policy.self_only):
+        flt.add_rule(sc.ALLOW, nr(name), sc.Arg(0, sc.MASKED_EQ, _U32, 0))
     if policy.unix_only_socket and policy.inet_socket:
         for family in (AF_INET, AF_INET6):
             flt.add_rule(

@@ -1,0 +1,280 @@
+"""Filesystem and /proc escapes: each child reaches for something outside its
+jail dir; each test asserts the errno and that the outside thing is unchanged."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from sec_helpers import run_code, sha256, syscall_denied
+from trunner import Runner
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A root-owned secret file outside any jail dir."""
+    d = tmp_path / "outside"
+    d.mkdir()
+    f = d / "secret.txt"
+    f.write_text("top secret")
+    os.chmod(f, 0o644)
+    return f
+
+
+async def test_read_secret_file_outside(runner: Runner, outside: Path) -> None:
+    """Plain read of a host secret (credentials file next to the jail)."""
+    result = await run_code(runner, f"""
+        result = [attempt(lambda: open({str(outside)!r}).read()),
+                  attempt(lambda: os.listdir({str(outside.parent)!r})),
+                  attempt(lambda: open("/etc/shadow").read()),
+                  attempt(lambda: open("/etc/passwd").read()),
+                  attempt(lambda: os.listdir("/root"))]
+    """)
+    assert result == ["EACCES"] * 5
+    assert "top secret" not in repr(result) and "root:" not in repr(result)
+
+
+@pytest.mark.parametrize("where", ["/tmp", "/var/tmp", "/dev/shm", "TEST_TMP"])
+async def test_write_outside(runner: Runner, where: str, tmp_path: Path) -> None:
+    """Drop a file in a shared writable dir (tmp-race / planted-file class)."""
+    base = str(tmp_path) if where == "TEST_TMP" else where
+    target = f"{base}/trunner-sec-{os.getpid()}"
+    result = await run_code(runner, f"""
+        result = attempt(lambda: open({target!r}, "w").write("x"))
+    """)
+    assert result == "EACCES"
+    assert not os.path.exists(target)
+
+
+async def test_overwrite_and_unlink_existing_outside_file(runner: Runner, outside: Path) -> None:
+    """Tamper with an existing host file: truncate, append, unlink, rename away."""
+    before = outside.stat()
+    result = await run_code(runner, f"""
+        p = {str(outside)!r}
+        result = [attempt(lambda: open(p, "w")), attempt(lambda: open(p, "a")),
+                  attempt(lambda: os.truncate(p, 0)), attempt(lambda: os.unlink(p)),
+                  attempt(lambda: os.rename(p, "stolen"))]
+    """)
+    assert result == ["EACCES"] * 5
+    assert outside.read_text() == "top secret"
+    assert outside.stat().st_ino == before.st_ino and outside.stat().st_mtime_ns == before.st_mtime_ns
+
+
+async def test_symlink_from_jail_to_outside_file(runner: Runner, outside: Path) -> None:
+    """Symlink planted in the jail dir pointing out (symlink race out of the jail dir)."""
+    result = await run_code(runner, f"""
+        os.symlink({str(outside)!r}, "link")
+        os.symlink({str(outside.parent)!r}, "dirlink")
+        result = [attempt(lambda: open("link").read()),
+                  attempt(lambda: open("link", "w").write("pwned")),
+                  attempt(lambda: open("dirlink/secret.txt").read()),
+                  attempt(lambda: open("dirlink/new", "w").write("pwned"))]
+    """)
+    assert result == ["EACCES"] * 4
+    assert outside.read_text() == "top secret"
+    assert sorted(os.listdir(outside.parent)) == ["secret.txt"]
+
+
+async def test_hardlink_from_jail_to_outside_file(runner: Runner, outside: Path) -> None:
+    """Hardlink an outside file into the jail dir to gain write access through the jail rule."""
+    nlink = outside.stat().st_nlink
+    result = await run_code(runner, f"""
+        result = [attempt(lambda: os.link({str(outside)!r}, "hl")), os.path.exists("hl")]
+    """)
+    assert result == ["EXDEV", False]
+    assert outside.stat().st_nlink == nlink
+    assert outside.read_text() == "top secret"
+
+
+async def test_hardlink_to_setuid_binary(runner: Runner) -> None:
+    """Hardlink to setuid binary (pin a vulnerable suid copy for later / CVE-2009-style)."""
+    suid = next((p for p in ("/usr/bin/passwd", "/usr/bin/su", "/bin/su") if os.path.exists(p)), None)
+    if suid is None:
+        pytest.skip("no setuid binary on this host")
+    nlink = os.stat(suid).st_nlink
+    result = await run_code(runner, f"""
+        result = [attempt(lambda: os.link({suid!r}, "suid")), os.path.exists("suid")]
+    """)
+    assert result == ["EXDEV", False]
+    assert os.stat(suid).st_nlink == nlink
+
+
+async def test_rename_jail_file_out_and_outside_file_in(runner: Runner, tmp_path: Path) -> None:
+    """rename(2) across the jail boundary (move a payload out / pull a file in)."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    result = await run_code(runner, f"""
+        open("payload", "w").write("x")
+        result = [attempt(lambda: os.rename("payload", {str(inbox / "payload")!r})),
+                  attempt(lambda: os.rename({str(inbox)!r}, "grabbed"))]
+    """)
+    assert result == ["EACCES", "EACCES"]
+    assert os.listdir(inbox) == []
+
+
+async def test_sibling_jail_dir(runner: Runner, jail_root: Path) -> None:
+    """Another invocation's jail dir (cross-tenant read/write between concurrent runs)."""
+    sibling = jail_root / "trunner-sibling"
+    sibling.mkdir(mode=0o700)
+    (sibling / "data").write_text("tenant B")
+    try:
+        result = await run_code(runner, f"""
+            s = {str(sibling)!r}
+            result = [attempt(lambda: open(s + "/data").read()),
+                      attempt(lambda: open(s + "/data", "w")),
+                      attempt(lambda: open(s + "/new", "w")),
+                      attempt(lambda: os.listdir(s)),
+                      attempt(lambda: os.listdir(os.path.dirname(os.getcwd())))]
+        """)
+        assert result == ["EACCES"] * 5
+        assert (sibling / "data").read_text() == "tenant B"
+        assert sorted(os.listdir(sibling)) == ["data"]
+    finally:
+        shutil.rmtree(sibling)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/sys/kernel/mm/transparent_hugepage/enabled",
+        "/proc/sys/kernel/core_pattern",  # core_pattern pipe escape
+        "/proc/sysrq-trigger",
+        "/dev/kmsg",
+        "/dev/tty",
+        "/dev/mem",
+        "/sys/fs/cgroup/cgroup.procs",  # cgroup v2: migrate out of the per-run pids cgroup
+        "/sys/fs/cgroup/pids/cgroup.procs",  # cgroup v1: same
+        "/sys/fs/cgroup/pids/trunner/cgroup.procs",
+        "/sys/fs/cgroup/pids/release_agent",  # CVE-2022-0492 cgroup v1 release_agent escape
+        "/sys/fs/cgroup/memory/release_agent",
+    ],
+)
+async def test_open_host_control_file_for_write(runner: Runner, path: str) -> None:
+    """Writable kernel/host control files in /proc, /sys and /dev (opened only, nothing written)."""
+    if not os.path.exists(path):
+        pytest.skip(f"{path} does not exist here")
+    before = Path(path).read_bytes() if path.startswith("/proc/sys/") else None
+    result = await run_code(runner, f"""
+        result = attempt(lambda: os.close(os.open({path!r}, os.O_WRONLY)))
+    """)
+    assert result == "EACCES"
+    if before is not None:
+        assert Path(path).read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        ("os.chmod(p, 0o4777)", "chmod"),
+        ("os.chown(p, 65534, 65534)", "chown"),
+        ("os.utime(p, (0, 0))", "utimensat"),
+        ("os.setxattr(p, 'user.x', b'y')", "setxattr"),
+    ],
+)
+async def test_change_metadata_of_outside_file(
+    runner: Runner, outside: Path, call: str, name: str
+) -> None:
+    """chmod/chown/utime/setxattr of a root-owned outside file (make-it-setuid / timestamp forgery)."""
+    before = outside.stat()
+    result = await run_code(runner, f"""
+        p = {str(outside)!r}
+        result = attempt(lambda: {call})
+    """)
+    assert result == "EPERM", name
+    after = outside.stat()
+    assert (after.st_mode, after.st_uid, after.st_gid, after.st_mtime_ns) == (
+        before.st_mode, before.st_uid, before.st_gid, before.st_mtime_ns)
+    assert os.listxattr(outside) == []
+
+
+async def test_overwrite_proc_self_exe_and_python_binary(runner: Runner) -> None:
+    """CVE-2019-5736-style /proc/self/exe overwrite of the runtime binary."""
+    exe = os.path.realpath(sys.executable)
+    digest = sha256(exe)
+    stdlib = os.__file__  # same read/exec rule, but not busy: Landlock must answer
+    lib_digest = sha256(stdlib)
+    result = await run_code(runner, f"""
+        result = {{"exe": os.path.realpath("/proc/self/exe"),
+                   "selfexe": attempt(lambda: open("/proc/self/exe", "r+b").write(b"X")),
+                   "python": attempt(lambda: open({exe!r}, "r+b").write(b"X")),
+                   "trunc": attempt(lambda: os.truncate({exe!r}, 0)),
+                   "unlink": attempt(lambda: os.unlink({exe!r})),
+                   "stdlib": attempt(lambda: open({stdlib!r}, "r+b").write(b"X")),
+                   "stdlib_trunc": attempt(lambda: os.truncate({stdlib!r}, 0))}}
+    """)
+    assert result["selfexe"] in ("EACCES", "ETXTBSY"), result
+    assert result["python"] in ("EACCES", "ETXTBSY"), result
+    assert result["trunc"] in ("EACCES", "ETXTBSY") and result["unlink"] == "EACCES", result
+    assert result["stdlib"] == "EACCES" and result["stdlib_trunc"] == "EACCES", result
+    assert sha256(exe) == digest and sha256(stdlib) == lib_digest
+    assert result["exe"] == exe  # the jailed worker runs this very binary
+
+
+async def test_memfd_exec_payload(runner: Runner) -> None:
+    """memfd_create (fileless payload, used by runc CVE-2019-5736 exploits and its fix)."""
+    await syscall_denied(runner, "os.memfd_create('x')", "memfd_create")
+
+
+async def test_mknod_device_node_in_jail(runner: Runner) -> None:
+    """mknod of a block device in the writable jail dir (raw disk access)."""
+    await syscall_denied(runner, "os.mknod('sda', 0o600 | 0o60000, os.makedev(8, 0))", "mknodat")
+
+
+async def test_open_by_handle_at_shocker(runner: Runner) -> None:
+    """CVE-2014-3519 'shocker': open_by_handle_at to walk out of a chroot/mount."""
+    await syscall_denied(runner, """
+        import ctypes
+        ctypes.CDLL(None).syscall(304, -100, None, 0)  # open_by_handle_at
+    """, "open_by_handle_at")
+
+
+@pytest.mark.parametrize("what", ["1/environ", "PPID/environ", "1/cmdline", "PPID/cmdline",
+                                  "PPID/root/etc/shadow", "PPID/cwd", "PPID/fd", "PPID/mem",
+                                  "1/root"])
+async def test_proc_of_other_processes(runner: Runner, what: str) -> None:
+    """/proc of init and of the parent (environ/cmdline secrets, /proc/PID/root traversal, mem)."""
+    path = "/proc/" + what.replace("PPID", str(os.getpid()))
+    result = await run_code(runner, f"""
+        p = {path!r}
+        result = attempt(lambda: os.listdir(p) if p.endswith(("fd", "root")) else open(p, "rb").read(64))
+    """)
+    assert result == "EACCES", (path, result)
+
+
+async def test_environment_leak(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Secrets in the parent's environment (AWS_SECRET_ACCESS_KEY-style leak)."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2-secret")
+    result = await run_code(runner, """
+        result = [dict(os.environ), open("/proc/self/environ", "rb").read().decode()]
+    """)
+    assert "AWS_SECRET_ACCESS_KEY" not in result[0]
+    assert "hunter2-secret" not in repr(result)
+
+
+async def test_hardlink_through_proc_self_fd(runner: Runner) -> None:
+    """Hardlink a read-only file into the jail via /proc/self/fd/N (then write it via the jail rule)."""
+    target = os.__file__  # readable in the jail, never writable
+    digest, nlink = sha256(target), os.stat(target).st_nlink
+    result = await run_code(runner, f"""
+        fd = os.open({target!r}, os.O_RDONLY)
+        result = [attempt(lambda: os.link(f"/proc/self/fd/{{fd}}", "hl", follow_symlinks=True)),
+                  os.path.exists("hl")]
+    """)
+    assert result == ["EXDEV", False]
+    assert os.stat(target).st_nlink == nlink and sha256(target) == digest
+
+
+async def test_fd_relative_traversal_from_o_path(runner: Runner, outside: Path) -> None:
+    """openat() relative to an O_PATH dirfd and /proc/self/cwd/.. (fd-relative traversal out)."""
+    result = await run_code(runner, f"""
+        def rel():
+            dfd = os.open({str(outside.parent)!r}, os.O_PATH | os.O_DIRECTORY)
+            return os.read(os.open("secret.txt", os.O_RDONLY, dir_fd=dfd), 100)
+        result = [attempt(rel), attempt(lambda: os.listdir("/proc/self/cwd/.."))]
+    """)
+    assert result == ["EACCES", "EACCES"]
+    assert "top secret" not in repr(result)

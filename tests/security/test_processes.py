@@ -1,0 +1,299 @@
+"""Process and kernel-interface escapes: signals, ptrace, sessions, namespaces,
+dangerous syscalls, terminal injection, inherited fds, setuid binaries."""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from conftest import child_pids, is_alive
+from sec_helpers import denied, run_code, syscall_denied
+from trunner import Reason, Runner
+
+
+async def test_signal_the_test_process_and_a_sibling(runner: Runner) -> None:
+    """Kill the supervising parent or a sibling process (Landlock signal scoping; pid, pgid, -1)."""
+    got: list[int] = []
+    old_term = signal.signal(signal.SIGTERM, lambda *_: got.append(signal.SIGTERM))
+    old_urg = signal.signal(signal.SIGURG, lambda *_: got.append(signal.SIGURG))
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        me, pgid = os.getpid(), os.getpgrp()
+        result = await run_code(runner, f"""
+            import signal
+            result = [attempt(lambda: os.kill({me}, 0)),
+                      attempt(lambda: os.kill({me}, signal.SIGTERM)),
+                      attempt(lambda: os.killpg({pgid}, signal.SIGTERM)),
+                      attempt(lambda: os.kill({victim.pid}, signal.SIGKILL)),
+                      attempt(lambda: os.kill(1, 0)),
+                      # broadcast a harmless signal (default action: ignore) to everything
+                      attempt(lambda: os.kill(-1, signal.SIGURG))]
+        """)
+        await trio.sleep(0.2)
+        assert victim.poll() is None, "the sibling was killed"
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGURG, old_urg)
+        victim.kill()
+        victim.wait()
+    assert result[:5] == ["EPERM"] * 5
+    # kill(-1, sig) reports success when every target answered EPERM (kernel
+    # semantics); what matters is that nothing outside received the signal.
+    assert result[5] in ("OK:None", "EPERM", "ESRCH"), result
+    assert got == []
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        ("ctypes.CDLL(None).ptrace(16, PID, 0, 0)", "ptrace"),  # PTRACE_ATTACH
+        ("ctypes.CDLL(None).syscall(310, PID, 0, 0, 0, 0, 0)", "process_vm_readv"),
+        ("ctypes.CDLL(None).syscall(311, PID, 0, 0, 0, 0, 0)", "process_vm_writev"),
+        ("ctypes.CDLL(None).syscall(438, os.pidfd_open(PID), 0, 0)", "pidfd_getfd"),
+        ("ctypes.CDLL(None).syscall(424, os.pidfd_open(PID), 15, 0, 0)", "pidfd_send_signal"),
+        ("ctypes.CDLL(None).syscall(312, PID, PID, 0, 0, 0)", "kcmp"),
+    ],
+)
+async def test_ptrace_family_on_the_test_process(runner: Runner, code: str, name: str) -> None:
+    """Ptrace of a sibling / the parent, and its cousins (memory read/write, fd theft)."""
+    await syscall_denied(runner, "import ctypes\n" + code.replace("PID", str(os.getpid())), name)
+    assert os.kill(os.getpid(), 0) is None
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        ("os.setsid()", "setsid"),  # leave the process group the runner kills
+        ("os.setpgid(0, 0)", "setpgid"),
+        ("libc.unshare(0x10000000)", "unshare"),  # userns: CVE-2022-0185 class
+        ("libc.syscall(308, 0, 0)", "setns"),
+        ("libc.mount(b'none', b'.', b'tmpfs', 0, None)", "mount"),
+        ("libc.syscall(155, b'.', b'.')", "pivot_root"),
+        ("libc.chroot(b'.')", "chroot"),  # chroot + fchdir escape
+        ("libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)", "clone"),  # clone(CLONE_NEWUSER)
+        ("libc.syscall(428, -100, b'/', 0)", "open_tree"),  # new mount API
+        ("libc.syscall(430, b'tmpfs', 0)", "fsopen"),
+        ("libc.syscall(321, 0, 0, 0)", "bpf"),  # eBPF verifier bugs
+        ("libc.syscall(298, 0, 0, -1, -1, 0)", "perf_event_open"),  # CVE-2013-2094
+        ("libc.syscall(425, 1, 0)", "io_uring_setup"),  # io_uring CVEs
+        ("libc.syscall(323, 0)", "userfaultfd"),  # race-widening primitive
+        ("libc.syscall(250, 0, 0, 0, 0, 0)", "keyctl"),  # CVE-2016-0728
+        ("libc.syscall(248, b'user', b'x', b'y', 1, 0)", "add_key"),
+        ("libc.syscall(313, 0, b'', 0)", "finit_module"),
+        ("libc.syscall(246, 0, 0, 0, 0)", "kexec_load"),
+        ("libc.syscall(135, 0x0400000)", "personality"),  # READ_IMPLIES_EXEC / ASLR off
+        ("libc.syscall(275, 0, 0, 1, 0, 1, 0)", "splice"),  # Dirty Pipe CVE-2022-0847
+        ("libc.syscall(278, 0, 0, 0, 0)", "vmsplice"),
+        ("libc.syscall(103, 3, 0, 0)", "syslog"),  # kernel log / kASLR leak
+        ("libc.syscall(105, 0)", "setuid"),
+        ("libc.syscall(227, 0, 0)", "clock_settime"),
+    ],
+)
+async def test_dangerous_syscalls(runner: Runner, code: str, name: str) -> None:
+    """Namespace/mount/kernel-attack-surface syscalls: all killed by seccomp."""
+    await syscall_denied(runner, "import ctypes\nlibc = ctypes.CDLL(None)\n" + code, name)
+
+
+async def test_clone3_namespace_smuggling(runner: Runner) -> None:
+    """clone3 with flags in a struct the filter cannot read: ENOSYS, no new process."""
+    result = await run_code(runner, """
+        import ctypes, struct
+        libc = ctypes.CDLL(None, use_errno=True)
+        args = ctypes.create_string_buffer(struct.pack("<11Q", 0x10000000, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0), 88)
+        rc = libc.syscall(435, args, 88)
+        if rc == 0:
+            os._exit(0)
+        result = [rc, errno.errorcode[ctypes.get_errno()]]
+    """)
+    assert result == [-1, "ENOSYS"]
+
+
+@pytest.mark.parametrize("fd", [0, 1, 2])
+@pytest.mark.parametrize("request_code", [0x5412, 0x1_0000_5412, 0x541C])
+async def test_tiocsti_terminal_injection(runner: Runner, fd: int, request_code: int) -> None:
+    """CVE-2017-5226 TIOCSTI (and TIOCLINUX, and the high-bits-smuggled TIOCSTI) on fds 0/1/2."""
+    e = await denied(runner, f"""
+        import ctypes
+        c = ctypes.c_char(b"!")
+        ctypes.CDLL(None).syscall(16, {fd}, ctypes.c_ulong({request_code}), ctypes.byref(c))
+    """)
+    assert e.reason is Reason.SYSCALL_DENIED and e.signal == signal.SIGSYS, e.detail
+    assert "(ioctl)" in e.detail or "number not logged" in e.detail
+
+
+async def test_ordinary_ioctl_still_answers_enotty(runner: Runner) -> None:
+    """Control for TIOCSTI: a harmless tty ioctl on the pipes gets ENOTTY, not a terminal."""
+    result = await run_code(runner, "result = [attempt(lambda: os.tcgetpgrp(fd)) for fd in (0, 1, 2)]")
+    assert result == ["ENOTTY"] * 3
+
+
+async def test_inherited_fd_of_the_test(runner: Runner, tmp_path: Path) -> None:
+    """An inheritable fd the parent leaked (fd-leak class, e.g. runc CVE-2024-21626)."""
+    secret = tmp_path / "secret"
+    secret.write_text("fd secret")
+    fd = os.open(secret, os.O_RDWR)
+    os.set_inheritable(fd, True)
+    try:
+        result = await run_code(runner, f"""
+            result = [attempt(lambda: os.fstat({fd}).st_size), attempt(lambda: os.read({fd}, 100)),
+                      sorted(int(x) for x in os.listdir("/proc/self/fd")),
+                      attempt(lambda: os.readlink("/proc/self/cwd"))]
+        """)
+    finally:
+        os.close(fd)
+    assert result[0] == result[1] == "EBADF"
+    assert set(result[2]) <= {0, 1, 2, 3}
+    assert "fd secret" not in repr(result)
+    assert secret.read_text() == "fd secret"
+
+
+@pytest.mark.parametrize("setsid", [True, False])
+async def test_double_forked_daemon(runner: Runner, setsid: bool) -> None:
+    """Double-forked daemon holding stdout after the worker exits (persistence past the run)."""
+    result = await run_code(runner, f"""
+        import time
+        r, w = os.pipe()
+        if os.fork() == 0:
+            if os.fork() == 0:
+                os.write(w, str(os.getpid()).encode())
+                if {setsid}:
+                    os.setsid()  # killed by seccomp
+                time.sleep(1000)  # holds stdout/stderr
+            os._exit(0)
+        os.wait()
+        result = int(os.read(r, 32))
+    """)
+    assert isinstance(result, int)
+    assert not is_alive(result)
+
+
+async def test_execute_setuid_binary(runner: Runner) -> None:
+    """Executing a setuid-root binary under NO_NEW_PRIVS (privilege gain via suid exec)."""
+    suids = [p for p in ("/usr/bin/passwd", "/usr/bin/su") if os.path.exists(p)
+             and os.stat(p).st_mode & 0o4000]
+    if not suids:
+        pytest.skip("no setuid binary on this host")
+    status = (await runner.run("children:status")).response["status"]
+    # No privilege can be gained by any exec: NNP set, bounding set empty.
+    assert "NoNewPrivs:\t1" in status and "CapBnd:\t0000000000000000" in status
+    for suid in suids:
+        argv = [suid, "-S", "root"] if suid.endswith("passwd") else [suid, "root", "-c", "cat /etc/shadow"]
+        done = (await runner.exec(argv)).response
+        assert done.exit_code != 0, (suid, done)
+        assert b"root:" not in done.stdout and b" P " not in done.stdout, done.stdout
+
+
+@pytest.fixture
+def victim() -> Iterator[subprocess.Popen[bytes]]:
+    """A host process of the same uid, outside any jail (a stand-in for the parent or a sibling)."""
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _nofile(pid: int) -> str:
+    line = next(l for l in Path(f"/proc/{pid}/limits").read_text().splitlines()
+                if l.startswith("Max open files"))
+    return " ".join(line.split()[3:5])
+
+
+async def test_prlimit_of_a_host_process(runner: Runner, victim: subprocess.Popen[bytes]) -> None:
+    """prlimit64 on a host process of the same uid (cross-process DoS: shrink the parent's limits)."""
+    # Found by this suite (prlimit64 was allowed on any pid); now self-only.
+    before = _nofile(victim.pid)
+    for call in (f"resource.prlimit({victim.pid}, resource.RLIMIT_NOFILE)",
+                 f"resource.prlimit({victim.pid}, resource.RLIMIT_NOFILE, (7, 7))"):
+        await syscall_denied(runner, f"import resource; {call}", "prlimit64")
+        assert _nofile(victim.pid) == before
+    # The worker's own limits stay readable.
+    assert await run_code(runner, "import resource; result = resource.getrlimit(7)[0]") > 0
+
+
+async def test_tgkill_of_a_host_process(runner: Runner, victim: subprocess.Popen[bytes]) -> None:
+    """tgkill (the thread-directed kill that bypasses a kill()-only filter) on a host process."""
+    result = await run_code(runner, f"""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        rc = libc.syscall(234, {victim.pid}, {victim.pid}, 9)  # tgkill(pid, pid, SIGKILL)
+        result = [rc, errno.errorcode[ctypes.get_errno()]]
+    """)
+    await trio.sleep(0.1)
+    assert result == [-1, "EPERM"]
+    assert victim.poll() is None
+
+
+async def test_fsetown_sigio_to_a_host_process(runner: Runner, victim: subprocess.Popen[bytes]) -> None:
+    """F_SETOWN + O_ASYNC: make the kernel send SIGIO (default: terminate) to a host process."""
+    result = await run_code(runner, f"""
+        import fcntl
+        r, w = os.pipe()
+        own = attempt(lambda: fcntl.fcntl(r, fcntl.F_SETOWN, {victim.pid}))
+        fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC)
+        os.write(w, b"x")
+        result = own
+    """)
+    await trio.sleep(0.2)
+    assert result == "OK:0"  # recording the owner is allowed; delivery is scoped by Landlock
+    assert victim.poll() is None, "SIGIO reached the host process"
+
+
+async def test_kill_the_watchdog(runner: Runner) -> None:
+    """Kill trunner's own watchdog (disable the parent-death cleanup before escaping)."""
+    from trunner.watchdog import watchdog_pid
+
+    wd = watchdog_pid()
+    if wd is None:
+        pytest.skip("no watchdog process on this host")
+    result = await run_code(runner, f"""
+        import signal
+        result = [attempt(lambda: os.kill({wd}, signal.SIGKILL)),
+                  attempt(lambda: os.kill({wd}, signal.SIGSTOP))]
+    """)
+    assert result == ["EPERM", "EPERM"]
+    assert is_alive(wd)
+
+
+async def test_concurrent_sibling_run(runner: Runner, jail_root: Path) -> None:
+    """Another tenant's live run: write into its jail dir, signal it, read its /proc (cross-tenant)."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(runner.run, "children:sleep", 120.0,
+                                    limits=runner.limits.replace(wall_time_s=150)))
+        with trio.fail_after(60):
+            while True:
+                dirs = list(jail_root.iterdir())
+                pids = [p for p in child_pids() if b"children:sleep" in _cmdline(p)]
+                if dirs and pids:
+                    break
+                await trio.sleep(0.05)
+        sibling_dir, sibling_pid = str(dirs[0]), pids[0]
+        await trio.sleep(0.3)  # let the sibling get past its jail setup
+        result = await run_code(runner, f"""
+            import signal
+            d = {sibling_dir!r}
+            result = [attempt(lambda: open(d + "/planted", "w")),
+                      attempt(lambda: os.listdir(d)),
+                      attempt(lambda: os.kill({sibling_pid}, signal.SIGKILL)),
+                      attempt(lambda: open("/proc/{sibling_pid}/environ").read()),
+                      attempt(lambda: os.symlink("/", d + "/escape"))]
+        """)
+        assert result == ["EACCES"] * 2 + ["EPERM"] + ["EACCES"] * 2
+        assert not os.path.exists(sibling_dir + "/planted")
+        assert is_alive(sibling_pid)
+        nursery.cancel_scope.cancel()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -1,0 +1,180 @@
+"""Resource exhaustion: each bomb hits its limit with the specific reason or
+errno, and nothing of it is left behind."""
+
+from __future__ import annotations
+
+import signal
+
+import trio
+
+from conftest import is_alive
+from sec_helpers import denied, run_code
+from trunner import Reason, Runner
+
+
+async def test_fork_bomb(runner: Runner) -> None:
+    """Recursive fork bomb (every process forks): EAGAIN at pids.max, nothing left after."""
+    limits = runner.limits.replace(processes=12, wall_time_s=40)
+    result = await run_code(runner, """
+        import time
+        log = os.open("pids", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        fails = os.open("fails", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        top = os.getpid()
+        for _ in range(6):
+            try:
+                pid = os.fork()
+            except OSError as e:
+                os.write(fails, errno.errorcode[e.errno].encode() + b"\\n")
+                continue
+            if pid:
+                os.write(log, b"%d\\n" % pid)
+        if os.getpid() != top:
+            time.sleep(1000)
+        deadline = time.monotonic() + 15  # descendants may hit the limit after we finish
+        while not os.path.getsize("fails") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        result = {"pids": [int(p) for p in open("pids").read().split()],
+                  "fails": sorted(set(open("fails").read().split()))}
+    """, limits=limits)
+    assert result["fails"] == ["EAGAIN"]
+    assert 0 < len(result["pids"]) < 12
+    await trio.sleep(0.2)
+    assert not any(is_alive(p) for p in result["pids"])
+
+
+async def test_thread_bomb(runner: Runner) -> None:
+    """Thread bomb: threads count against the pids cgroup too."""
+    limits = runner.limits.replace(processes=8)
+    result = await run_code(runner, """
+        import threading, time
+        n, err = 0, None
+        for _ in range(64):
+            try:
+                threading.Thread(target=time.sleep, args=(1000,), daemon=True).start()
+                n += 1
+            except RuntimeError as e:
+                err = str(e)
+                break
+        result = [n, err]
+    """, limits=limits)
+    n, err = result
+    assert n < 8 and err == "can't start new thread"
+
+
+async def test_memory_bomb(runner: Runner) -> None:
+    """Memory bomb past RLIMIT_AS: MemoryError, the run fails nonzero_exit."""
+    limits = runner.limits.replace(address_space_bytes=256 * 1024 * 1024)
+    e = await denied(runner, "x = [bytearray(16 * 1024 * 1024) for _ in range(64)]", limits=limits)
+    assert e.reason is Reason.NONZERO_EXIT
+    assert "MemoryError" in e.detail
+
+
+async def test_mmap_bomb_outside_the_heap(runner: Runner) -> None:
+    """Anonymous mmap past RLIMIT_AS (bypass of the allocator): ENOMEM."""
+    limits = runner.limits.replace(address_space_bytes=256 * 1024 * 1024)
+    result = await run_code(runner, "import mmap\nresult = attempt(lambda: mmap.mmap(-1, 512 << 20))",
+                            limits=limits)
+    assert result == "ENOMEM"
+
+
+async def test_disk_fill_in_the_jail_dir(runner: Runner) -> None:
+    """Disk fill in the jail dir past RLIMIT_FSIZE: EFBIG (Python ignores SIGXFSZ), file capped."""
+    limits = runner.limits.replace(file_size_bytes=1 << 20)
+    result = await run_code(runner, """
+        f = os.open("fill", os.O_WRONLY | os.O_CREAT)
+        def fill():
+            while True:
+                os.write(f, b"\\0" * 65536)
+        result = [attempt(fill), os.path.getsize("fill"),
+                  attempt(lambda: os.pwrite(f, b"x", 10 << 30))]  # sparse far past the limit
+    """, limits=limits)
+    assert result == ["EFBIG", 1 << 20, "EFBIG"]
+
+
+async def test_disk_fill_by_a_program(runner: Runner) -> None:
+    """Disk fill by an exec'd program (default SIGXFSZ action): killed by SIGXFSZ."""
+    limits = runner.limits.replace(file_size_bytes=1 << 20)
+    done = (await runner.exec(
+        ["/bin/sh", "-c", "head -c 4000000 /dev/zero > fill; echo $?; wc -c < fill"], limits=limits
+    )).response
+    assert done.exit_code == 0, done
+    # 128 + SIGXFSZ: head was killed by the signal; the file stopped at the limit.
+    assert done.stdout.split() == [str(128 + signal.SIGXFSZ).encode(), str(1 << 20).encode()]
+
+
+async def test_cpu_spin(runner: Runner) -> None:
+    """CPU spin: RLIMIT_CPU ends it (SIGXCPU, then SIGKILL)."""
+    limits = runner.limits.replace(cpu_time_s=1, wall_time_s=30)
+    start = trio.current_time()
+    e = await denied(runner, "while True: pass", limits=limits)
+    assert e.reason is Reason.KILLED_BY_SIGNAL
+    assert e.signal in (signal.SIGXCPU, signal.SIGKILL)
+    assert trio.current_time() - start < 25
+
+
+async def test_cpu_spin_ignoring_sigxcpu(runner: Runner) -> None:
+    """CPU spin that ignores SIGXCPU: the hard limit SIGKILLs it."""
+    limits = runner.limits.replace(cpu_time_s=1, wall_time_s=30)
+    e = await denied(runner, """
+        import signal
+        signal.signal(signal.SIGXCPU, signal.SIG_IGN)
+        while True: pass
+    """, limits=limits)
+    assert e.reason is Reason.KILLED_BY_SIGNAL
+    assert e.signal == signal.SIGKILL
+
+
+async def test_cpu_spin_in_a_chain_of_children(runner: Runner) -> None:
+    """CPU limit evasion by forking fresh spinners (RLIMIT_CPU is per process): the wall clock ends it."""
+    limits = runner.limits.replace(cpu_time_s=1, wall_time_s=4)
+    e = await denied(runner, """
+        import time
+        while True:
+            if os.fork() == 0:
+                t = time.monotonic()
+                while time.monotonic() - t < 0.5:
+                    pass
+                os._exit(0)
+            os.wait()
+    """, limits=limits)
+    assert e.reason is Reason.TIMEOUT
+
+
+async def test_stdout_flood(runner: Runner) -> None:
+    """Output flood on stdout: the cap kills it (stdout_cap)."""
+    limits = runner.limits.replace(stdout_max_bytes=64 * 1024)
+    e = await denied(runner, """
+        while True:
+            os.write(1, b"A" * 65536)
+    """, limits=limits)
+    assert e.reason is Reason.STDOUT_CAP
+
+
+async def test_stderr_flood(runner: Runner) -> None:
+    """Output flood on stderr (log spam): the cap kills it (stderr_cap)."""
+    limits = runner.limits.replace(stderr_max_bytes=16 * 1024)
+    e = await denied(runner, """
+        while True:
+            os.write(2, b"E" * 4096)
+    """, limits=limits)
+    assert e.reason is Reason.STDERR_CAP
+
+
+async def test_fd_exhaustion(runner: Runner) -> None:
+    """Descriptor exhaustion: EMFILE at RLIMIT_NOFILE."""
+    limits = runner.limits.replace(open_files=32)
+    result = await run_code(runner, """
+        fds, err = [], None
+        while len(fds) < 1000:
+            try:
+                fds.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError as e:
+                err = errno.errorcode[e.errno]
+                break
+        result = [err, max(fds), attempt(lambda: os.dup2(0, 40))]
+        for fd in fds:
+            os.close(fd)
+    """, limits=limits)
+    assert result[0] == "EMFILE"
+    assert result[1] <= 31
+    assert result[2] == "EBADF"  # dup2 beyond the limit is refused too
