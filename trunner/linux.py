@@ -14,6 +14,7 @@ change that, so as root each invocation gets its own pids cgroup whose
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import sys
@@ -349,8 +350,10 @@ class LinuxBackend:
             except OSError as e:
                 if os.path.isdir(cgroup):
                     os.rmdir(cgroup)
+                out_of_fds = e.errno in (errno.EMFILE, errno.ENFILE)
                 raise RunnerError(
-                    Reason.PROCESS_LIMIT_UNAVAILABLE, f"cannot create pids cgroup: {e}"
+                    Reason.SPAWN_FAILED if out_of_fds else Reason.PROCESS_LIMIT_UNAVAILABLE,
+                    f"cannot create pids cgroup {cgroup}: {e.strerror} (errno {e.errno})",
                 ) from None
         plan = helper_plan(
             env_names=list(env),

@@ -36,7 +36,7 @@ def encode_frame(obj: object) -> bytes:
     buf = bytearray(64)
     try:
         _ENCODER.encode_into(obj, buf, HEADER_BYTES)
-    except (TypeError, ValueError, OverflowError) as e:
+    except (TypeError, ValueError, OverflowError, RecursionError) as e:
         raise RunnerError(Reason.BAD_REQUEST, f"cannot encode frame body: {e}") from None
     body_len = len(buf) - HEADER_BYTES
     if body_len > MAX_FRAME_BYTES:
@@ -95,7 +95,7 @@ def decode_single_frame(
         if response_type is Any:
             return _ANY_DECODER.decode(body)  # type: ignore[no-any-return]
         return msgspec.msgpack.decode(body, type=response_type)  # type: ignore[no-any-return]
-    except msgspec.DecodeError as e:  # ValidationError is a DecodeError
+    except (msgspec.DecodeError, RecursionError) as e:  # ValidationError is a DecodeError
         raise RunnerError(Reason.BAD_FRAME, f"bad frame body: {e}") from None
 
 

@@ -150,6 +150,7 @@ class Runner:
         Raises:
             RunnerError: with any `Reason`; never with a partial result.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()  # nothing starts in a cancelled scope
         limits = self.limits if limits is None else limits
         if not isinstance(limits, Limits):
             raise TypeError("limits must be a trunner.Limits")
@@ -301,19 +302,34 @@ def _status(code: int | None) -> dict[str, int | None]:
     return {"signal": -code} if code < 0 else {"exit_status": code}
 
 
-def remove_tree(path: str) -> None:
-    """Remove a jail dir whatever the child did to its modes."""
-
-    def make_writable(fn: Any, failed: str, exc: Any) -> None:
-        os.chmod(os.path.dirname(failed), 0o700)
-        if os.path.isdir(failed) and not os.path.islink(failed):
-            os.chmod(failed, 0o700)
-            shutil.rmtree(failed, onerror=make_writable)
-        else:
-            os.unlink(failed)
-
-    if os.path.lexists(path):
-        shutil.rmtree(path, onerror=make_writable)
+def remove_tree(path: str) -> bool:
+    """Remove a jail dir whatever the child did to its modes. Best effort:
+    it runs on failure paths too, where the first error is the one to raise;
+    returns whether the dir is gone."""
+    try:
+        os.rmdir(path)  # the common failure case, empty: needs no fd
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    try:
+        shutil.rmtree(path)
+        return True
+    except OSError:
+        pass
+    # A child may have removed write or search bits inside its jail.
+    for root, dirs, _ in os.walk(path):
+        for name in dirs:
+            try:
+                os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
+            except OSError:
+                pass
+    try:
+        shutil.rmtree(path)
+    except OSError:
+        return False
+    return True
 
 
 @functools.cache

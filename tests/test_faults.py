@@ -1,0 +1,517 @@
+"""Faults: the child dying badly, the caller cancelling anywhere, the parent
+dying, the host refusing resources. Each test asserts the reason and that
+nothing (process, jail dir, fd, cgroup) is left behind."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import random
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import trunner.runner
+from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds
+from trunner import Limits, Reason, Runner, RunnerError
+from trunner.linux import CGROUP_DIR_NAME, probe_host
+
+MiB = 1024 * 1024
+
+
+async def fails(runner: Runner, mode: str, request: Any = None, **kw: Any) -> RunnerError:
+    with pytest.raises(RunnerError) as info:
+        await runner.run(mode, request, **kw)
+    return info.value
+
+
+async def code_fails(runner: Runner, code: str, **kw: Any) -> RunnerError:
+    return await fails(runner, "children:run_code", textwrap.dedent(code), **kw)
+
+
+# -- the child dies of a signal ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "sig"),
+    [
+        pytest.param("import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+                     signal.SIGKILL, id="sigkill-self"),
+        pytest.param("import ctypes; ctypes.string_at(0xFFFF800000001000, 1)", signal.SIGSEGV,
+                     id="sigsegv-kernel-address"),
+        pytest.param("import os; os.abort()", signal.SIGABRT, id="sigabrt-abort"),
+    ],
+)
+async def test_child_dies_of_a_real_fault(runner: Runner, code: str, sig: int) -> None:
+    e = await code_fails(runner, code)
+    assert (e.reason, e.signal, e.exit_status) == (Reason.KILLED_BY_SIGNAL, sig, None)
+    assert signal.Signals(sig).name in e.detail
+
+
+async def test_child_sigkilled_from_outside_mid_run(runner: Runner) -> None:
+    seen: list[int] = []
+
+    async def kill_when_seen() -> None:
+        while not seen:
+            seen.extend(child_pids())
+            await trio.sleep(0.01)
+        await trio.sleep(0.5)  # let the helper exec the adapter
+        os.kill(seen[0], signal.SIGKILL)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(kill_when_seen)
+        e = await fails(runner, "children:sleep", 1000)
+    assert (e.reason, e.signal) == (Reason.KILLED_BY_SIGNAL, signal.SIGKILL)
+    assert not any(is_alive(p) or group_alive(p) for p in seen)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param("result = len(bytearray(2 * 1024**3))", id="one-big-bytearray"),
+        pytest.param("chunks = [bytearray(32 * 1024**2) for _ in range(64)]", id="many-chunks"),
+        pytest.param("import mmap; m = mmap.mmap(-1, 2 * 1024**3)", id="anon-mmap"),
+    ],
+)
+async def test_out_of_address_space_is_nonzero_exit_with_memory_error(
+    runner: Runner, code: str
+) -> None:
+    limits = runner.limits.replace(address_space_bytes=512 * MiB)
+    e = await code_fails(runner, code, limits=limits)
+    assert e.reason is Reason.NONZERO_EXIT
+    assert e.exit_status == 1
+    assert "MemoryError" in e.detail or "Cannot allocate memory" in e.detail, e.detail
+
+
+# -- the caller cancels at random points ----------------------------------------
+
+
+async def test_cancel_at_random_points_leaves_nothing(
+    runner: Runner, jail_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """200 runs of a 5 s sleep, each cancelled after 0..0.3 s (a quarter of
+    them after 0.3..1.2 s, to reach the adapter too), 4 at a time: in the
+    shielded spawn, in the helper, in the interpreter's start, in the
+    adapter. Each run's leader (seen through a wrapped `spawn`) and jail dir
+    (seen through a wrapped `mkdtemp`) are gone when its `run()` returns;
+    with 4 runs in flight, child_pids() is checked once all are done."""
+    rng = random.Random(1234)
+    delays = [rng.uniform(0.0, 0.3) if rng.random() < 0.75 else rng.uniform(0.3, 1.2)
+              for _ in range(200)]
+    leaders: dict[object, list[int]] = {}
+    jail_dirs: dict[object, list[str]] = {}
+    real_spawn, real_mkdtemp = trunner.runner.spawn, tempfile.mkdtemp
+
+    async def spawn(cmd: Any) -> Any:
+        child = await real_spawn(cmd)
+        leaders.setdefault(trio.lowlevel.current_task(), []).append(child.pid)
+        return child
+
+    def mkdtemp(*args: Any, **kw: Any) -> str:
+        path = real_mkdtemp(*args, **kw)
+        try:
+            jail_dirs.setdefault(trio.lowlevel.current_task(), []).append(path)
+        except RuntimeError:  # not in trio (hypothesis, pytest internals)
+            pass
+        return path
+
+    monkeypatch.setattr(trunner.runner, "spawn", spawn)
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    problems: list[str] = []
+    counts = {"cancelled": 0, "spawned": 0, "jail_dir_made": 0}
+    limiter = trio.CapacityLimiter(4)
+
+    async def one(i: int, delay: float) -> None:
+        async with limiter:
+            task = trio.lowlevel.current_task()
+            leaders.pop(task, None)
+            jail_dirs.pop(task, None)
+            with trio.move_on_after(delay) as scope:
+                await runner.run("children:sleep", 5)
+            counts["cancelled"] += scope.cancelled_caught
+            for pid in leaders.get(task, []):
+                counts["spawned"] += 1
+                if is_alive(pid) or group_alive(pid):
+                    problems.append(f"run {i} (delay {delay:.3f}): leader {pid} still alive")
+            for path in jail_dirs.get(task, []):
+                counts["jail_dir_made"] += 1
+                if os.path.lexists(path):
+                    problems.append(f"run {i} (delay {delay:.3f}): jail dir {path} left")
+
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            for i, delay in enumerate(delays):
+                nursery.start_soon(one, i, delay)
+    print(counts)
+    assert problems == []
+    assert counts["cancelled"] == 200  # a 5 s sleep never finishes in 1.2 s
+    assert counts["spawned"] > 20  # some cancels did land after the spawn
+    assert child_pids() == []
+    assert list(jail_root.iterdir()) == []
+
+
+# -- the parent process is SIGKILLed -------------------------------------------
+
+PARENT = """
+import sys, trio
+sys.path.insert(0, {tests!r})
+from trunner import Runner, Limits
+CODE = {code!r}
+async def main():
+    runner = Runner(import_paths=[{tests!r}], temp_root={root!r}, limits=Limits(wall_time_s=60))
+    async with trio.open_nursery() as nursery:
+        for _ in range({copies}):
+            nursery.start_soon(runner.run, "children:run_code", CODE)
+trio.run(main)
+"""
+
+SLEEP = "import time; time.sleep(1000)"
+FORK_THEN_SLEEP = """
+import os, time
+if os.fork() == 0:
+    if os.fork() == 0:
+        time.sleep(1000)
+    time.sleep(1000)
+time.sleep(1000)
+"""
+
+
+def _jailed_under(root: Path) -> list[int]:
+    """Live processes whose cwd is a jail dir under `root` (any parent)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(str(root) + os.sep) and is_alive(int(entry)):
+            pids.append(int(entry))
+    return pids
+
+
+def _cgroups_of(pid: int) -> list[str]:
+    mech = probe_host().process_limit or ""
+    if not mech.startswith("pids_cgroup:"):
+        return []
+    base = Path(mech.split(":", 1)[1], CGROUP_DIR_NAME)
+    return [p.name for p in base.glob(f"{pid}-*")] if base.is_dir() else []
+
+
+@pytest.mark.parametrize(
+    ("code", "copies", "expected"),
+    [
+        pytest.param(SLEEP, 1, 1, id="one-run"),
+        pytest.param(FORK_THEN_SLEEP, 1, 3, id="child-and-grandchildren"),
+        pytest.param(FORK_THEN_SLEEP, 3, 9, id="three-runs-with-grandchildren"),
+    ],
+)
+async def test_sigkilled_parent_mid_run_leaves_no_jailed_process(
+    tmp_path: Path, code: str, copies: int, expected: int
+) -> None:
+    root = tmp_path / "parent-jails"  # not jail_root: the dead parent cannot clean up
+    root.mkdir()
+    script = PARENT.format(tests=TESTS_DIR, root=str(root), code=code, copies=copies)
+    parent = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    try:
+        jailed: list[int] = []
+        with trio.fail_after(60):
+            while len(jailed) < expected:
+                await trio.sleep(0.05)
+                jailed = _jailed_under(root)
+                assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
+        await trio.sleep(0.3)  # past the helper: the adapter is running the code
+        jailed = _jailed_under(root)
+        assert len(jailed) >= expected
+        cgroups = _cgroups_of(parent.pid)
+        parent.kill()
+        parent.wait()
+        await trio.sleep(1.0)
+        assert [p for p in jailed if is_alive(p)] == []
+        assert _jailed_under(root) == []
+        with trio.fail_after(10):  # the watchdog removes the cgroups after the kill
+            while set(_cgroups_of(parent.pid)) & set(cgroups):
+                await trio.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait()
+        assert parent.stderr is not None
+        parent.stderr.close()
+        shutil.rmtree(root)
+
+
+LOOPING_PARENT = """
+import sys, trio
+sys.path.insert(0, {tests!r})
+from trunner import Runner, Limits
+CODE = {code!r}
+async def main():
+    runner = Runner(import_paths=[{tests!r}], temp_root={root!r}, limits=Limits(wall_time_s=60))
+    async def loop(k):
+        for i in range(10**6):
+            result = await runner.run("children:run_code", CODE)
+            assert result.response == "forked", result
+            with open({count!r}, "a") as f:
+                f.write("ok\\n")
+    async with trio.open_nursery() as nursery:
+        for k in range(4):
+            nursery.start_soon(loop, k)
+trio.run(main)
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_sigkilled_parent_at_a_random_moment_of_a_busy_loop(
+    tmp_path: Path, seed: int
+) -> None:
+    """A parent doing 4 runs at a time back to back (each forks once), killed
+    at a random moment: whatever phase each run was in, nothing jailed lives
+    one second later."""
+    root = tmp_path / "parent-jails"
+    root.mkdir()
+    code = "import os\nif os.fork() == 0:\n    os._exit(0)\nresult = 'forked'"
+    count = tmp_path / "done"
+    script = LOOPING_PARENT.format(tests=TESTS_DIR, root=str(root), code=code, count=str(count))
+    parent = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    try:
+        with trio.fail_after(60):
+            while not _jailed_under(root):
+                await trio.sleep(0.02)
+                assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
+        await trio.sleep(random.Random(seed).uniform(0.5, 2.5))
+        assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
+        seen = _jailed_under(root)
+        parent.kill()
+        parent.wait()
+        await trio.sleep(1.0)
+        assert [p for p in seen if is_alive(p)] == []
+        assert _jailed_under(root) == []
+        done = count.read_text().count("ok") if count.exists() else 0
+        print(f"{done} runs completed before the kill")
+    finally:
+        parent.kill()
+        parent.wait()
+        assert parent.stderr is not None
+        parent.stderr.close()
+        shutil.rmtree(root)
+
+
+# -- the host refuses the jail dir ---------------------------------------------
+
+
+def _never_spawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    calls: list[Any] = []
+
+    async def spawn(cmd: Any) -> Any:
+        calls.append(cmd)
+        raise AssertionError("spawned although the jail dir could not be made")
+
+    monkeypatch.setattr(trunner.runner, "spawn", spawn)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("make_root", "errno_name"),
+    [
+        pytest.param(lambda t: (t / "afile").write_text("x") and t / "afile" / "x", "ENOTDIR",
+                     id="under-a-regular-file"),
+        pytest.param(lambda t: (t / "afile").write_text("x") and t / "afile", "ENOTDIR",
+                     id="is-a-regular-file"),
+        pytest.param(lambda t: t / "missing" / "x", "ENOENT", id="missing"),
+    ],
+)
+async def test_unusable_temp_root_is_spawn_failed_and_nothing_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_root: Any, errno_name: str
+) -> None:
+    root = make_root(tmp_path)
+    runner = Runner(import_paths=[TESTS_DIR], temp_root=str(root))
+    calls = _never_spawn(monkeypatch)
+    e = await fails(runner, "echo", 1)
+    assert e.reason is Reason.SPAWN_FAILED
+    assert f"errno {getattr(errno, errno_name)}" in e.detail
+    assert calls == []
+    assert child_pids() == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "jails") in (["afile"], [])
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Any]:
+    """Mounts a tmpfs of the given options; skips if this host will not."""
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        where = tmp_path / f"tmpfs{len(mounted)}"
+        where.mkdir()
+        out = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
+            capture_output=True, text=True,
+        )
+        if out.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip() or out.returncode}")
+        mounted.append(where)
+        return where
+
+    try:
+        yield mount
+    finally:
+        for where in mounted:
+            subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+async def test_jail_dir_on_a_full_filesystem_child_gets_enospc(tiny_tmpfs: Any) -> None:
+    root = tiny_tmpfs("size=64k,mode=0700")
+    runner = Runner(import_paths=[TESTS_DIR], temp_root=str(root), limits=Limits(wall_time_s=20))
+    # Caught in the child: it can write up to the filesystem's size, no further.
+    result = (await runner.run("children:run_code", textwrap.dedent("""
+        import errno
+        written = 0
+        try:
+            with open("big", "wb") as f:
+                for _ in range(1024):
+                    f.write(b"x" * 4096)
+                    f.flush()
+                    written += 4096
+            result = ("wrote", written)
+        except OSError as e:
+            result = (errno.errorcode[e.errno], written)
+    """))).response
+    assert result[0] == "ENOSPC"
+    assert result[1] <= 64 * 1024
+    # Uncaught: a nonzero exit whose detail names the error.
+    e = await code_fails(runner, "open('big', 'wb').write(b'x' * (1024 * 1024))")
+    assert e.reason is Reason.NONZERO_EXIT
+    assert "No space left on device" in e.detail
+    assert list(root.iterdir()) == []
+
+
+async def test_temp_root_out_of_inodes_is_spawn_failed(
+    tiny_tmpfs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tiny_tmpfs("size=64k,nr_inodes=4,mode=0700")
+    n = 0
+    while True:  # use up every inode
+        try:
+            (root / f"f{n}").touch()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+            break
+        n += 1
+    runner = Runner(import_paths=[TESTS_DIR], temp_root=str(root))
+    calls = _never_spawn(monkeypatch)
+    e = await fails(runner, "echo", 1)
+    assert e.reason is Reason.SPAWN_FAILED
+    assert f"errno {errno.ENOSPC}" in e.detail
+    assert calls == []
+    assert sorted(p.name for p in root.iterdir()) == [f"f{i}" for i in range(n)]
+
+
+# -- the parent runs out of fds ------------------------------------------------
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        fcntl.fcntl(fd, fcntl.F_GETFD)
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "headroom",
+    range(0, 14),
+)
+async def test_parent_out_of_fds_is_a_clear_reason(
+    runner: Runner, jail_root: Path, headroom: int
+) -> None:
+    """Exactly `headroom` fd numbers free below the soft RLIMIT_NOFILE: each
+    headroom exhausts the table at a different step (the cgroup file, the
+    three pipes, Popen's own pipe, the pidfd...). Either the run succeeds or
+    it fails `spawn_failed` naming EMFILE; no fd and no jail dir is left."""
+    await runner.run("echo", 0)  # warm caches that would open files
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = open_fds()
+    used = {int(fd) for fd in before if _is_open(int(fd))}  # not the listing's own fd
+    limit, free = 0, 0
+    while True:  # the lowest limit leaving exactly `headroom` numbers free below it
+        if limit not in used:
+            if free == headroom:
+                break
+            free += 1
+        limit += 1
+    outcome: Any
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        try:
+            outcome = (await runner.run("echo", {"h": headroom})).response
+        except BaseException as e:  # noqa: BLE001  (anything but RunnerError is a bug)
+            outcome = e
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    left = list(jail_root.iterdir())
+    for path in left:  # so that a failure here is this test's, not no_leaks'
+        shutil.rmtree(path)
+    print(f"headroom {headroom}: limit {limit}: {outcome!r:.300}")
+    assert open_fds() == before
+    assert child_pids() == []
+    assert not isinstance(outcome, BaseException) or isinstance(outcome, RunnerError), (
+        f"not a RunnerError: {type(outcome).__name__}: {outcome!s:.300}"
+    )
+    assert left == []
+    if isinstance(outcome, RunnerError):
+        assert outcome.reason is Reason.SPAWN_FAILED, (outcome.reason, outcome.detail)
+        assert f"errno {errno.EMFILE}" in outcome.detail
+    else:
+        assert outcome == {"h": headroom}
+
+
+# -- the worker binary ---------------------------------------------------------
+
+
+def _worker_copy(tmp_path: Path, mode: int) -> str:
+    from trunner.worker import locate_worker
+
+    path = tmp_path / "trunner-worker"
+    shutil.copyfile(locate_worker(), path)
+    path.chmod(mode)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("make_worker", "errno_value"),
+    [
+        pytest.param(lambda t: "/nonexistent", errno.ENOENT, id="missing"),
+        pytest.param(lambda t: str(t / "no" / "such" / "worker"), errno.ENOENT,
+                     id="missing-dir"),
+        pytest.param(lambda t: _worker_copy(t, 0o644), errno.EACCES, id="not-executable"),
+        pytest.param(lambda t: str(t), errno.EACCES, id="a-directory"),
+        pytest.param(
+            lambda t: (t / "garbage").write_bytes(b"\x00\x01garbage")
+            and (t / "garbage").chmod(0o755) or str(t / "garbage"),
+            errno.ENOEXEC, id="not-a-program",
+        ),
+    ],
+)
+async def test_unusable_worker_is_spawn_failed(
+    jail_root: Path, tmp_path: Path, make_worker: Any, errno_value: int
+) -> None:
+    worker = make_worker(tmp_path)
+    runner = Runner(import_paths=[TESTS_DIR], temp_root=str(jail_root), worker=worker)
+    if os.path.isfile(worker):
+        assert not os.stat(worker).st_mode & stat.S_IXUSR or errno_value == errno.ENOEXEC
+    e = await fails(runner, "echo", 1)
+    assert e.reason is Reason.SPAWN_FAILED, (e.reason, e.detail)
+    assert f"errno {errno_value}" in e.detail, e.detail
+    assert child_pids() == []
