@@ -1,0 +1,792 @@
+#!/usr/bin/env python3
+"""Spawn latency, throughput, parent CPU and stdout drain of trunner, side by side.
+
+    python benchmarks/spawn_latency.py [--quick] [--json] [--plot out.png] [-n N]
+
+One run measures every variant in the same process, after a warm-up, in
+interleaved order (each iteration visits every variant once, round robin, the
+starting variant rotating), so machine drift hits all variants alike:
+
+  bare               trio.run_process of `trunner-worker echo`, no jail
+  trunner_cold       Runner().run("echo", payload): the jail as shipped
+  trunner_prewarmed  runner.pool("echo", size=4): a warm worker per call
+  bwrap              bubblewrap around the bare worker (skipped if absent)
+  cat                /bin/cat echoing the frame: the process-spawn floor
+  python_floor       `python -I -S -c pass`: the interpreter start-up floor
+
+A round trip is: spawn, write one 64-byte request frame, read the whole reply,
+wait for exit (and, for trunner, everything Runner.run does around that).
+
+Also: invocations/s at concurrency 1..16, parent CPU per invocation, the
+stdout drain rate of trunner's parent path against a plain pipe, and the
+issue's targets as ratios with PASS/MISS (reported, never asserted).
+Progress goes to stderr; the table (or, with --json, one JSON object) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from trunner.protocol import decode_single_frame, encode_frame
+
+MiB = 1024 * 1024
+#: Request payload: msgpack bin8 of 58 bytes, so the frame is 64 bytes.
+PAYLOAD = b"x" * 58
+FRAME = encode_frame(PAYLOAD)
+assert len(FRAME) == 64, len(FRAME)
+
+CONCURRENCY = (1, 2, 4, 8, 16)
+#: Workers the pre-warmed variant keeps ready.
+POOL_SIZE = 4
+LATENCY_VARIANTS = ("bare", "trunner_cold", "trunner_prewarmed", "bwrap", "cat", "python_floor")
+#: Variants measured under concurrency (the others are too cheap or n/a).
+THROUGHPUT_VARIANTS = ("bare", "trunner_cold", "trunner_prewarmed")
+BWRAP_ARGS = (
+    "--unshare-all", "--die-with-parent", "--new-session",
+    "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--",
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    n: int
+    warmup: int
+    tp_window_s: float
+    tp_rounds: int
+    drain_bytes: int
+    drain_reps: int
+
+
+DEFAULT = Settings(n=150, warmup=5, tp_window_s=1.2, tp_rounds=2, drain_bytes=256 * MiB,
+                   drain_reps=3)
+QUICK = Settings(n=8, warmup=1, tp_window_s=0.5, tp_rounds=1, drain_bytes=16 * MiB,
+                 drain_reps=2)
+
+
+def plain_env(work_dir: str) -> dict[str, str]:
+    """The unjailed variants' whole environment: what the jail's default
+    profile sets (nothing inherited), so start-up work is comparable."""
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work_dir, "TMPDIR": work_dir,
+            "LANG": "C.UTF-8"}
+
+
+class BenchError(RuntimeError):
+    """A round trip did not produce the expected answer: the figures would lie."""
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- variants ----------------------------------------------------------------
+
+
+@dataclass
+class Variant:
+    name: str
+    call: Callable[[], Awaitable[None]] | None  # one verified round trip; None: n/a
+    note: str = ""  # why it is n/a, or what it is
+    #: Untimed, after each timed call: let background work finish (pool refill).
+    settle: Callable[[], Awaitable[None]] | None = None
+    samples_s: list[float] = field(default_factory=list)
+    parent_cpu_s: float = 0.0
+    child_cpu_s: float = 0.0
+
+
+async def _run_checked(argv: list[str], stdin: bytes, env: dict[str, str], cwd: str) -> bytes:
+    proc = await trio.run_process(
+        argv, stdin=stdin, capture_stdout=True, capture_stderr=True, check=False,
+        env=env, cwd=cwd,
+    )
+    if proc.returncode != 0:
+        raise BenchError(f"{argv[0]} exited {proc.returncode}: {proc.stderr[-400:]!r}")
+    return proc.stdout
+
+
+def worker_call(argv: list[str], env: dict[str, str], cwd: str) -> Callable[[], Awaitable[None]]:
+    async def call() -> None:
+        out = await _run_checked(argv, FRAME, env, cwd)
+        if decode_single_frame(out) != PAYLOAD:
+            raise BenchError(f"{argv[0]}: wrong reply {out[:80]!r}")
+    return call
+
+
+def cat_call(env: dict[str, str], cwd: str) -> Callable[[], Awaitable[None]]:
+    async def call() -> None:
+        if await _run_checked(["/bin/cat"], FRAME, env, cwd) != FRAME:
+            raise BenchError("cat did not echo the frame")
+    return call
+
+
+def python_floor_call(env: dict[str, str], cwd: str) -> Callable[[], Awaitable[None]]:
+    argv = [os.path.realpath(sys.executable), "-I", "-S", "-c", "pass"]
+
+    async def call() -> None:
+        await _run_checked(argv, FRAME, env, cwd)
+    return call
+
+
+def runner_call(runner: Any) -> Callable[[], Awaitable[None]]:
+    async def call() -> None:
+        result = await runner.run("echo", PAYLOAD)
+        if result.response != PAYLOAD:
+            raise BenchError(f"trunner: wrong reply {result.response!r}")
+    return call
+
+
+async def open_prewarmed(runner: Any, stack: contextlib.AsyncExitStack, size: int) -> Variant:
+    """The pre-warmed variant: `async with runner.pool("echo", size=N) as pool:
+    await pool.run(payload)`, n/a where Runner has no `pool`.
+
+    Each timed call is followed by an untimed wait until the pool is full
+    again and every idle worker is blocked reading its request (helper done,
+    adapter imported), so the background refill never overlaps another
+    measurement and every timed call finds a warm worker.
+    """
+    name = "trunner_prewarmed"
+    if runner is None:
+        return Variant(name, None, "no Runner on this host")
+    if not callable(getattr(runner, "pool", None)):
+        return Variant(name, None, "Runner has no `pool`")
+    try:
+        pool = await stack.enter_async_context(runner.pool("echo", size=size))
+    except (TypeError, ValueError, AttributeError) as e:
+        return Variant(name, None, f"Runner.pool does not fit this harness: {e!r}")
+
+    async def call() -> None:
+        result = await pool.run(PAYLOAD)
+        if result.response != PAYLOAD:
+            raise BenchError(f"trunner pool: wrong reply {result.response!r}")
+
+    async def settle() -> None:
+        await wait_pool_warm(pool, size)
+
+    try:
+        await settle()
+        await call()
+        await settle()
+    except (BenchError, OSError) as e:
+        return Variant(name, None, f"probe failed: {e}")
+    return Variant(name, call, f"pool of {size}", settle=settle)
+
+
+def _warm_worker_pids(adapter: tuple[str, ...]) -> int:
+    """How many of our children run `adapter` and sit in read(0, ...)."""
+    import glob
+
+    warm = 0
+    for path in glob.glob("/proc/self/task/*/children"):
+        try:
+            with open(path) as f:
+                pids = f.read().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = tuple(a.decode() for a in f.read().split(b"\0") if a)
+                if argv[-len(adapter):] != adapter:
+                    continue
+                with open(f"/proc/{pid}/syscall") as f:
+                    fields = f.read().split()
+            except (OSError, UnicodeDecodeError):
+                continue
+            # "0 0x0 ...": blocked in read(2) on fd 0, i.e. waiting for the frame.
+            if fields[:2] == ["0", "0x0"]:
+                warm += 1
+    return warm
+
+
+async def wait_pool_warm(pool: Any, size: int, timeout_s: float = 30.0) -> None:
+    from trunner.worker import locate_worker
+
+    adapter = (locate_worker(), "echo")
+    with trio.move_on_after(timeout_s):
+        while getattr(pool, "idle_workers", size) < size or _warm_worker_pids(adapter) < size:
+            await trio.sleep(0.002)
+        return
+    raise BenchError(f"the pool did not refill to {size} warm workers in {timeout_s} s")
+
+
+async def probe(variant: Variant) -> Variant:
+    """Run one round trip; a variant that cannot do one is n/a, with the reason."""
+    if variant.call is not None:
+        try:
+            await variant.call()
+        except (BenchError, OSError) as e:
+            return Variant(variant.name, None, f"probe failed: {e}")
+        except Exception as e:  # a RunnerError: this host cannot run it
+            return Variant(variant.name, None, f"probe failed: {e!r}")
+    return variant
+
+
+# -- measurements ------------------------------------------------------------
+
+
+def _cpu(who: int) -> float:
+    ru = resource.getrusage(who)
+    return ru.ru_utime + ru.ru_stime
+
+
+async def measure_latency(variants: list[Variant], n: int, warmup: int) -> None:
+    """Interleaved: each iteration runs every variant once, starting one further on."""
+    active = [v for v in variants if v.call is not None]
+    total = warmup + n
+    for i in range(total):
+        k = i % len(active)
+        for v in active[k:] + active[:k]:
+            assert v.call is not None
+            p0, c0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            await v.call()
+            t1 = time.perf_counter()
+            p1, c1 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+            if i >= warmup:
+                v.samples_s.append(t1 - t0)
+                v.parent_cpu_s += p1 - p0
+                v.child_cpu_s += c1 - c0
+            if v.settle is not None:
+                await v.settle()
+        if (i + 1) % max(1, total // 5) == 0:
+            log(f"  latency: {i + 1}/{total} iterations")
+
+
+async def throughput_window(call: Callable[[], Awaitable[None]], c: int, window_s: float
+                            ) -> tuple[float, float, list[float]]:
+    """`c` closed-loop callers for `window_s`. Returns (work done in the
+    steady part of the window, its length, latencies).
+
+    Every call contributes the fraction of its duration that lies in
+    [start + 15% of the window, end]; during that interval all `c` callers
+    are busy, so ramp-up and the tail (calls finishing after the end) bias
+    nothing.
+    """
+    spans: list[tuple[float, float]] = []
+    t0 = time.perf_counter()
+    t_end = t0 + window_s
+
+    async def caller() -> None:
+        while time.perf_counter() < t_end:
+            s = time.perf_counter()
+            await call()
+            spans.append((s, time.perf_counter()))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(c):
+            nursery.start_soon(caller)
+    a, b = t0 + 0.15 * window_s, t_end
+    work = sum(max(0.0, min(e, b) - max(s, a)) / (e - s) for s, e in spans if e > s)
+    return work, b - a, [e - s for s, e in spans]
+
+
+async def measure_throughput(variants: list[Variant], settings: Settings
+                             ) -> dict[str, dict[str, Any]]:
+    """Invocations/s per concurrency level; rounds interleave levels and variants."""
+    active = [v for v in variants if v.call is not None]
+    acc: dict[tuple[str, int], list[float]] = {}
+    lat: dict[tuple[str, int], list[float]] = {}
+    step = 0
+    for r in range(settings.tp_rounds):
+        for c in CONCURRENCY:
+            k = step % len(active)
+            step += 1
+            for v in active[k:] + active[:k]:
+                assert v.call is not None
+                work, length, lats = await throughput_window(v.call, c, settings.tp_window_s)
+                if v.settle is not None:
+                    await v.settle()
+                a = acc.setdefault((v.name, c), [0.0, 0.0])
+                a[0] += work
+                a[1] += length
+                lat.setdefault((v.name, c), []).extend(lats)
+        log(f"  throughput: round {r + 1}/{settings.tp_rounds}")
+    out: dict[str, dict[str, Any]] = {}
+    for v in active:
+        out[v.name] = {
+            "per_s": {str(c): acc[(v.name, c)][0] / acc[(v.name, c)][1] for c in CONCURRENCY},
+            "latency_p50_ms": {str(c): 1e3 * statistics.median(lat[(v.name, c)])
+                               for c in CONCURRENCY},
+        }
+    return out
+
+
+class _TimedStream:
+    """Wraps the child's stdout stream to time the first byte and EOF."""
+
+    def __init__(self, inner: trio.lowlevel.FdStream) -> None:
+        self.inner = inner
+        self.first: float | None = None
+        self.first_len = 0
+        self.eof: float | None = None
+        self.reads = 0  # non-empty reads
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        chunk = await self.inner.receive_some(max_bytes)
+        now = time.perf_counter()
+        if chunk:
+            self.reads += 1
+        if chunk and self.first is None:
+            self.first, self.first_len = now, len(chunk)
+        if not chunk:
+            self.eof = now
+        return chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _status_kib(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+def _trim_heap() -> None:
+    """Give freed heap back to the kernel (glibc), so an earlier drain's
+    retained buffer does not hide this one's growth."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0); False if refused."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+async def drain_trunner(nbytes: int, backend: Any | None, temp_root: str) -> dict[str, float]:
+    """One capped drain through trunner.spawn + trunner.nursery_run.supervise,
+    the parent's exact drain path. With `backend`, the command is jailed
+    (helper, Landlock, seccomp ...) as Runner would; without, it is bare."""
+    import gc
+
+    from trunner.jail import Command
+    from trunner.limits import Limits
+    from trunner.nursery_run import supervise
+    from trunner.runner import remove_tree
+    from trunner.spawn import spawn
+
+    argv = ("/bin/sh", "-c", f"head -c {nbytes} /dev/zero")
+    jail, jail_dir = None, None
+    if backend is not None:
+        jail_dir = tempfile.mkdtemp(prefix="trunner-", dir=temp_root)
+        limits = Limits(wall_time_s=300, stdout_max_bytes=nbytes)
+        jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=argv, limits=limits)
+        cmd = jail.command
+    else:
+        cmd = Command(argv=argv, env={}, cwd="/")
+    gc.collect()
+    _trim_heap()
+    hwm_ok = _reset_peak_rss()
+    rss0 = _status_kib("VmRSS")
+    sampled = [rss0]
+
+    async def sample_rss() -> None:
+        while True:
+            sampled.append(_status_kib("VmRSS"))
+            await trio.sleep(0.005)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sample_rss)
+            t0 = time.perf_counter()
+            child = await spawn(cmd)
+            timed = _TimedStream(child.stdout)
+            child.stdout = timed  # type: ignore[assignment]
+            outcome = await supervise(
+                child, b"", deadline=trio.current_time() + 300,
+                stdout_max_bytes=nbytes, stderr_max_bytes=64 * 1024,
+            )
+            t1 = time.perf_counter()
+            nursery.cancel_scope.cancel()
+        peak = _status_kib("VmHWM") if hwm_ok else max(sampled)
+        got = len(outcome.stdout)
+        if outcome.failure is not None or outcome.exit_code != 0 or got != nbytes:
+            raise BenchError(
+                f"drain failed: {outcome.failure} {outcome.detail} exit={outcome.exit_code} "
+                f"got={got} stderr={bytes(outcome.stderr[-300:])!r}"
+            )
+        del outcome
+    finally:
+        if jail is not None:
+            with trio.CancelScope(shield=True):
+                await jail.release()
+        if jail_dir is not None:
+            remove_tree(jail_dir)
+    assert timed.first is not None and timed.eof is not None
+    stream_s = max(timed.eof - timed.first, 1e-9)
+    return {
+        "wall_s": t1 - t0,
+        "stream_s": stream_s,
+        "to_first_byte_s": timed.first - t0,
+        "stream_mib_s": (nbytes - timed.first_len) / MiB / stream_s,
+        "wall_mib_s": nbytes / MiB / (t1 - t0),
+        "peak_rss_growth_mib": (peak - rss0) / 1024,
+        "reads": timed.reads,
+        "mean_read_kib": nbytes / 1024 / max(timed.reads, 1),
+    }
+
+
+async def drain_floor(nbytes: int) -> float:
+    """Wall time of `head -c N /dev/zero | cat > /dev/null` in sh."""
+    t0 = time.perf_counter()
+    await trio.run_process(["/bin/sh", "-c", f"head -c {nbytes} /dev/zero | cat > /dev/null"])
+    return time.perf_counter() - t0
+
+
+async def measure_drain(settings: Settings, backend: Any | None, temp_root: str
+                        ) -> dict[str, Any]:
+    n = settings.drain_bytes
+    runs: dict[str, list[dict[str, float]]] = {"trunner": [], "trunner_jailed": []}
+    floor_n: list[float] = []
+    floor_0: list[float] = []
+    for rep in range(settings.drain_reps + 1):  # the first rep is a warm-up
+        keep = rep > 0
+        t = await drain_floor(n)
+        t0 = await drain_floor(0)
+        if keep:
+            floor_n.append(t)
+            floor_0.append(t0)
+        r = await drain_trunner(n, None, temp_root)
+        if keep:
+            runs["trunner"].append(r)
+        if backend is not None:
+            r = await drain_trunner(n, backend, temp_root)
+            if keep:
+                runs["trunner_jailed"].append(r)
+        log(f"  drain: {rep + 1}/{settings.drain_reps + 1}")
+    # The floor's own start-up (sh, head, cat) is taken off: a pipe's rate.
+    floor_s = max(statistics.median(floor_n) - statistics.median(floor_0), 1e-9)
+    out: dict[str, Any] = {
+        "bytes": n,
+        "reps": settings.drain_reps,
+        "pipe_floor_mib_s": n / MiB / floor_s,
+        "pipe_floor_wall_s": statistics.median(floor_n),
+    }
+    for name, rs in runs.items():
+        if not rs:
+            out[name] = None
+            continue
+        best = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        best["peak_rss_growth_mib"] = max(r["peak_rss_growth_mib"] for r in rs)
+        best["ratio_vs_floor"] = best["stream_mib_s"] / out["pipe_floor_mib_s"]
+        out[name] = best
+    return out
+
+
+# -- report --------------------------------------------------------------------
+
+
+def pct(xs: list[float], p: float) -> float:
+    """Percentile with linear interpolation (p in 0..100)."""
+    s = sorted(xs)
+    if len(s) == 1:
+        return s[0]
+    k = (len(s) - 1) * p / 100
+    lo = math.floor(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def latency_figures(variants: list[Variant]) -> dict[str, Any]:
+    figs: dict[str, Any] = {}
+    for v in variants:
+        if not v.samples_s:
+            figs[v.name] = None
+            continue
+        ms = [1e3 * s for s in v.samples_s]
+        figs[v.name] = {
+            "n": len(ms),
+            "p50": pct(ms, 50), "p90": pct(ms, 90), "p99": pct(ms, 99),
+            "mean": statistics.fmean(ms), "min": min(ms), "max": max(ms),
+            "parent_cpu_ms_per_inv": 1e3 * v.parent_cpu_s / len(ms),
+            # bwrap exits without reaping its sandboxed init, so that CPU
+            # never reaches our RUSAGE_CHILDREN: not a figure.
+            "child_cpu_ms_per_inv": (None if v.name == "bwrap"
+                                     else 1e3 * v.child_cpu_s / len(ms)),
+        }
+    bare = figs.get("bare")
+    for f in figs.values():
+        if f is not None and bare is not None:
+            f["ratio_vs_bare"] = {p: f[p] / bare[p] for p in ("p50", "p90", "p99")}
+    return figs
+
+
+def targets(lat: dict[str, Any], tp: dict[str, Any], drain: dict[str, Any]) -> dict[str, Any]:
+    def target(value: float | None, op: str, threshold: float, what: str) -> dict[str, Any]:
+        if value is None:
+            return {"what": what, "value": None, "op": op, "threshold": threshold,
+                    "pass": None, "status": "n/a"}
+        ok = {"<=": value <= threshold, "<": value < threshold, ">=": value >= threshold}[op]
+        return {"what": what, "value": value, "op": op, "threshold": threshold,
+                "pass": ok, "status": "PASS" if ok else "MISS"}
+
+    bare, cold, pre = lat.get("bare"), lat.get("trunner_cold"), lat.get("trunner_prewarmed")
+    py, bw = lat.get("python_floor"), lat.get("bwrap")
+    overhead = None
+    if bare and cold and py:
+        overhead = (cold["p50"] - bare["p50"]) / py["p50"]
+    pre_vs_bare = pre["p50"] / bare["p50"] if pre and bare else None
+    pre_vs_bwrap = pre["p50"] / bw["p50"] if pre and bw else None
+    scale = None
+    if "trunner_cold" in tp:
+        per = tp["trunner_cold"]["per_s"]
+        scale = per["4"] / per["1"]
+    parent_path = drain.get("trunner")
+    return {
+        "cold_jail_overhead": target(
+            overhead, "<=", 1.2, "(trunner_cold p50 - bare p50) / python -I -S p50"),
+        "prewarmed_vs_bare": target(pre_vs_bare, "<=", 0.1, "trunner_prewarmed p50 / bare p50"),
+        "prewarmed_vs_bwrap": target(
+            pre_vs_bwrap, "<", 1.0, "trunner_prewarmed p50 / bwrap p50"),
+        "concurrency_scaling": target(
+            scale, ">=", 1.6, "trunner_cold invocations/s at concurrency 4 / at 1"),
+        "drain_vs_pipe": target(
+            parent_path["ratio_vs_floor"] if parent_path else None, ">=", 0.9,
+            "trunner drain stream rate / pipe floor rate"),
+    }
+
+
+def render(report: dict[str, Any], variants: list[Variant]) -> str:
+    lines: list[str] = []
+    m = report["meta"]
+    lines.append(
+        f"trunner spawn benchmark: n={m['n']} per variant after {m['warmup']} warm-up, "
+        f"interleaved; request frame {m['frame_bytes']} B; {m['elapsed_s']:.0f} s"
+    )
+    lines.append(
+        f"host: {m['kernel']}, {m['cpus']} CPUs, Python {m['python']}, "
+        f"bwrap {m['bwrap'] or 'absent'}; load avg {m['loadavg_1m'][0]:.1f} -> "
+        f"{m['loadavg_1m'][1]:.1f}"
+    )
+    lines.append("")
+    lines.append("round trip (ms; ratio to bare)     p50               p90               p99"
+                 "       parent CPU/inv  child CPU/inv")
+    lat = report["latency_ms"]
+    for v in variants:
+        f = lat.get(v.name)
+        if f is None:
+            lines.append(f"  {v.name:<20} n/a ({v.note})")
+            continue
+        cells = []
+        for p in ("p50", "p90", "p99"):
+            r = f.get("ratio_vs_bare", {}).get(p)
+            cells.append(f"{f[p]:8.2f} ({r:5.2f}x)" if r is not None else f"{f[p]:8.2f}")
+        child = f["child_cpu_ms_per_inv"]
+        child_cell = f"{child:9.2f} ms" if child is not None else "  (not seen)"
+        lines.append(
+            f"  {v.name:<20} {cells[0]:>17} {cells[1]:>17} {cells[2]:>17}"
+            f"  {f['parent_cpu_ms_per_inv']:9.2f} ms  {child_cell}"
+        )
+    lines.append("")
+    tp = report["throughput"]
+    lines.append("invocations/s at concurrency " + "".join(f"{c:>9}" for c in CONCURRENCY)
+                 + "   (p50 latency at 16)")
+    for name, t in tp.items():
+        lines.append(f"  {name:<27} " + "".join(f"{t['per_s'][str(c)]:9.1f}" for c in CONCURRENCY)
+                     + f"   {t['latency_p50_ms']['16']:.0f} ms")
+    for name in THROUGHPUT_VARIANTS:
+        if name not in tp:
+            lines.append(f"  {name:<27} n/a")
+    lines.append("")
+    d = report["drain"]
+    lines.append(f"stdout drain, {d['bytes'] // MiB} MiB (median of {d['reps']})"
+                 "     stream MiB/s  vs floor   wall MiB/s  first byte  peak RSS growth"
+                 "  mean read")
+    for name, label in (("trunner", "trunner spawn+supervise"),
+                        ("trunner_jailed", "same, jailed (helper)")):
+        r = d.get(name)
+        if r is None:
+            lines.append(f"  {label:<38} n/a")
+            continue
+        lines.append(
+            f"  {label:<38} {r['stream_mib_s']:10.0f}  {r['ratio_vs_floor']:7.2f}x"
+            f"  {r['wall_mib_s']:10.0f}  {1e3 * r['to_first_byte_s']:7.1f} ms"
+            f"  {r['peak_rss_growth_mib']:9.1f} MiB  {r['mean_read_kib']:6.0f} KiB"
+        )
+    lines.append(f"  {'pipe floor (head | cat > /dev/null)':<38} {d['pipe_floor_mib_s']:10.0f}"
+                 f"  {1.0:7.2f}x")
+    lines.append("")
+    lines.append("targets (reported, not asserted)")
+    for name, t in report["targets"].items():
+        value = "n/a" if t["value"] is None else f"{t['value']:.3f}"
+        lines.append(f"  {t['status']:<5} {name:<20} {value:>7} {t['op']:>2} {t['threshold']:<4g}"
+                     f"  {t['what']}")
+    return "\n".join(lines)
+
+
+def plot(path: str, variants: list[Variant]) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return f"note: matplotlib is not importable; no plot written to {path}"
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for v in variants:
+        if not v.samples_s:
+            continue
+        xs = sorted(1e3 * s for s in v.samples_s)
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.step(xs, ys, where="post", label=f"{v.name} (p50 {pct(xs, 50):.1f} ms)")
+    ax.set_xscale("log")
+    ax.set_xlabel("round-trip latency (ms, log scale)")
+    ax.set_ylabel("fraction of round trips")
+    ax.set_title("trunner spawn latency CDF")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"latency CDF written to {path}"
+
+
+# -- main ----------------------------------------------------------------------
+
+
+def _bwrap_version(path: str) -> str | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10)
+        return out.stdout.strip().split()[-1]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+async def bench(settings: Settings, plot_path: str | None
+                ) -> tuple[dict[str, Any], str, str]:
+    from trunner.errors import RunnerError
+    from trunner.runner import Runner
+    from trunner.worker import locate_worker
+
+    started = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    worker = locate_worker()
+    bwrap = shutil.which("bwrap")
+    with tempfile.TemporaryDirectory(prefix="trunner-bench-") as tmp:
+        jail_root = os.path.join(tmp, "jails")
+        work_dir = os.path.join(tmp, "work")
+        os.mkdir(jail_root)
+        os.mkdir(work_dir)
+        env = plain_env(work_dir)
+        runner = None
+        runner_note = ""
+        try:
+            runner = Runner(temp_root=jail_root)
+        except RunnerError as e:
+            runner_note = f"Runner refused on this host: {e.reason}: {e.detail}"
+        async with contextlib.AsyncExitStack() as stack:
+            log("probing variants ...")
+            variants = [
+                await probe(Variant("bare", worker_call([worker, "echo"], env, work_dir))),
+                await probe(Variant("trunner_cold",
+                                    runner_call(runner) if runner else None, runner_note)),
+                await open_prewarmed(runner, stack, size=POOL_SIZE),
+                await probe(Variant(
+                    "bwrap",
+                    worker_call([bwrap, *BWRAP_ARGS, worker, "echo"], env, work_dir)
+                    if bwrap else None,
+                    "" if bwrap else "bwrap not installed",
+                )),
+                await probe(Variant("cat", cat_call(env, work_dir))),
+                await probe(Variant("python_floor", python_floor_call(env, work_dir))),
+            ]
+            for v in variants:
+                log(f"  {v.name}: {'ok' if v.call else 'n/a (' + v.note + ')'}")
+            if variants[0].call is None:
+                raise BenchError(f"the bare worker does not run: {variants[0].note}")
+            log(f"latency: {settings.warmup} warm-up + {settings.n} interleaved iterations")
+            await measure_latency(variants, settings.n, settings.warmup)
+            log("throughput ...")
+            tp_variants = [v for v in variants if v.name in THROUGHPUT_VARIANTS]
+            tp = await measure_throughput(tp_variants, settings)
+        log(f"drain ({settings.drain_bytes // MiB} MiB) ...")
+        drain = await measure_drain(settings, runner.backend if runner else None, jail_root)
+        leftovers = os.listdir(jail_root)
+        if leftovers:
+            raise BenchError(f"jail dirs left behind: {leftovers}")
+    lat = latency_figures(variants)
+    report: dict[str, Any] = {
+        "meta": {
+            "n": settings.n,
+            "warmup": settings.warmup,
+            "throughput_window_s": settings.tp_window_s,
+            "throughput_rounds": settings.tp_rounds,
+            "frame_bytes": len(FRAME),
+            "worker": worker,
+            "python": platform.python_version(),
+            "python_floor": os.path.realpath(sys.executable),
+            "kernel": f"{platform.system()} {platform.release()} {platform.machine()}",
+            "cpus": os.cpu_count(),
+            "bwrap": _bwrap_version(bwrap) if bwrap else None,
+            "elapsed_s": 0.0,
+            # 1-minute load average before and after: how shared the machine was.
+            "loadavg_1m": [load_start, os.getloadavg()[0]],
+        },
+        "latency_ms": lat,
+        "unavailable": {v.name: v.note for v in variants if v.call is None},
+        "throughput": tp,
+        "parent_cpu_ms_per_inv": {k: f["parent_cpu_ms_per_inv"] for k, f in lat.items() if f},
+        "drain": drain,
+        "targets": targets(lat, tp, drain),
+    }
+    note = plot(plot_path, variants) if plot_path else ""
+    report["meta"]["elapsed_s"] = time.perf_counter() - started
+    return report, render(report, variants), note
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="a handful of iterations and a 16 MiB drain (~20-30 s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
+    parser.add_argument("--plot", metavar="FILE", help="write a latency CDF PNG (matplotlib)")
+    parser.add_argument("-n", type=int, help="measured iterations per variant")
+    parser.add_argument("--drain-mib", type=int, help="size of the drained reply, MiB")
+    args = parser.parse_args(argv)
+    settings = QUICK if args.quick else DEFAULT
+    if args.n is not None:
+        if args.n < 1:
+            parser.error("-n must be at least 1")
+        settings = Settings(**{**settings.__dict__, "n": args.n})
+    if args.drain_mib is not None:
+        settings = Settings(**{**settings.__dict__, "drain_bytes": args.drain_mib * MiB})
+    report, table, note = trio.run(bench, settings, args.plot)
+    if args.json:
+        print(json.dumps(report, indent=1, sort_keys=True))
+    else:
+        print(table)
+    if note:
+        log(note)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

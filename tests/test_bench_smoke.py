@@ -1,0 +1,143 @@
+"""Smoke test of the benchmark harness: both scripts run in quick mode and
+report every figure as a positive number. No performance target is asserted:
+the targets are reported by the harness, PASS or MISS, never enforced here."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH_DIR = os.path.join(ROOT, "benchmarks")
+TIMEOUT_S = 300
+ALWAYS = ("bare", "trunner_cold", "cat", "python_floor")
+CONCURRENCY = ("1", "2", "4", "8", "16")
+
+
+def run_quick_json(script: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH_DIR, script), "--quick", "--json"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=TIMEOUT_S,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
+    report = json.loads(proc.stdout)
+    assert isinstance(report, dict)
+    return report
+
+
+def positive(x: object) -> bool:
+    return (
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+    )
+
+
+def non_negative(x: object) -> bool:
+    return (
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+    )
+
+
+def check_latency(name: str, fig: dict[str, Any]) -> None:
+    for key in ("p50", "p90", "p99", "mean", "min", "max", "parent_cpu_ms_per_inv"):
+        assert positive(fig[key]), (name, key, fig[key])
+    assert fig["n"] >= 1
+    assert fig["min"] <= fig["p50"] <= fig["p90"] <= fig["p99"] <= fig["max"], (name, fig)
+    for p in ("p50", "p90", "p99"):
+        assert positive(fig["ratio_vs_bare"][p]), (name, p)
+    child = fig["child_cpu_ms_per_inv"]
+    assert child is None or non_negative(child), (name, child)
+
+
+def test_spawn_latency_quick_reports_every_figure() -> None:
+    report = run_quick_json("spawn_latency.py")
+    assert {"meta", "latency_ms", "unavailable", "throughput", "parent_cpu_ms_per_inv",
+            "drain", "targets"} <= set(report)
+    assert positive(report["meta"]["elapsed_s"])
+    assert report["meta"]["frame_bytes"] == 64
+
+    lat = report["latency_ms"]
+    for name in ALWAYS:
+        assert lat[name] is not None, report["unavailable"].get(name)
+        check_latency(name, lat[name])
+    assert lat["bare"]["ratio_vs_bare"]["p50"] == 1.0
+    # Optional variants: figures when available, otherwise n/a with a reason.
+    for name in ("bwrap", "trunner_prewarmed"):
+        if lat[name] is None:
+            assert report["unavailable"][name], name
+        else:
+            check_latency(name, lat[name])
+    if shutil.which("bwrap") is None:
+        assert lat["bwrap"] is None
+
+    measured = ("bare", "trunner_cold") + (
+        ("trunner_prewarmed",) if lat["trunner_prewarmed"] is not None else ()
+    )
+    for name in measured:
+        tp = report["throughput"][name]
+        for c in CONCURRENCY:
+            assert positive(tp["per_s"][c]), (name, c)
+            assert positive(tp["latency_p50_ms"][c]), (name, c)
+        assert positive(report["parent_cpu_ms_per_inv"][name])
+
+    drain = report["drain"]
+    assert positive(drain["bytes"])
+    assert positive(drain["pipe_floor_mib_s"])
+    for name in ("trunner", "trunner_jailed"):
+        d = drain[name]
+        for key in ("stream_mib_s", "wall_mib_s", "wall_s", "stream_s", "to_first_byte_s",
+                    "ratio_vs_floor"):
+            assert positive(d[key]), (name, key, d[key])
+        assert non_negative(d["peak_rss_growth_mib"]), (name, d["peak_rss_growth_mib"])
+
+    targets = report["targets"]
+    assert set(targets) == {"cold_jail_overhead", "prewarmed_vs_bare", "prewarmed_vs_bwrap",
+                            "concurrency_scaling", "drain_vs_pipe"}
+    for name, t in targets.items():
+        assert t["status"] in ("PASS", "MISS", "n/a"), (name, t)
+        assert (t["value"] is None) == (t["status"] == "n/a"), (name, t)
+    for name in ("cold_jail_overhead", "concurrency_scaling", "drain_vs_pipe"):
+        assert positive(targets[name]["value"]), (name, targets[name])
+
+
+def test_helper_steps_quick_reports_every_figure() -> None:
+    report = run_quick_json("helper_steps.py")
+    assert {"meta", "timeline", "leave_one_out", "imports", "parent_phases"} <= set(report)
+
+    steps = {row["step"]: row for row in report["timeline"]}
+    for name in ("interpreter start (fork+exec+init+site)", "namespaces", "landlock",
+                 "seccomp", "exec adapter, exit, reap"):
+        assert name in steps, sorted(steps)
+    for row in report["timeline"]:
+        for key in ("ms_p50", "ms_min", "ms_p90"):
+            assert non_negative(row[key]), row
+    assert positive(sum(row["ms_p50"] for row in report["timeline"]))
+
+    rows = {row["variant"]: row for row in report["leave_one_out"]["rows"]}
+    assert "helper, full plan" in rows and "full - cgroup - seccomp" in rows
+    for row in rows.values():
+        for key in ("ms_p50", "ms_min", "ms_p90"):
+            assert positive(row[key]), row
+        saves = row["saves_ms"]
+        assert (saves is None) != row["variant"].startswith("full - "), row
+        assert saves is None or math.isfinite(saves), row
+
+    assert len(report["imports"]) == 2
+    for label, imp in report["imports"].items():
+        assert positive(imp["total_ms"]) and imp["modules"] > 0, label
+        assert imp["top_self"] and imp["top_level"], label
+        for entry in imp["top_self"]:
+            assert non_negative(entry["self_ms"]), (label, entry)
+
+    phases = {row["phase"]: row["ms_p50"] for row in report["parent_phases"]["rows"]}
+    assert positive(phases["Runner.run (real, same loop)"])
+    assert positive(phases["total (replay)"])
+    for name, ms in phases.items():
+        assert non_negative(ms), (name, ms)
