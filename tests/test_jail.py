@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from conftest import TESTS_DIR, child_pids, is_alive
-from trunner import Limits, Reason, Runner, RunnerError
+from trunner import Reason, Runner, RunnerError
 from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.linux import probe_host
 

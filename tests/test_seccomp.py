@@ -7,7 +7,6 @@ from /dev/null, so even a broken filter could not reach the test's terminal.
 
 from __future__ import annotations
 
-import os
 import platform
 import random
 import shutil

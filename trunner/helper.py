@@ -12,7 +12,6 @@ cannot be measured). The order is written once, in `main`. Seccomp is last.
 from __future__ import annotations
 
 import os
-import sys
 
 TYPE_CHECKING = False  # not from typing: importing it costs ~5 ms here
 if TYPE_CHECKING:
