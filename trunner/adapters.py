@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -37,6 +36,8 @@ def serve(mode: str) -> int:
         request = msgspec.msgpack.decode(_read_request(), type=request_type)
         frame = encode_frame(fn(request))
     except BaseException:
+        import traceback
+
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
