@@ -82,7 +82,7 @@ async def _run(args: argparse.Namespace) -> int:
         if args.command == "run":
             runner = Runner(limits=limits, import_paths=args.import_path)
             text = sys.stdin.read() if args.request == "-" else args.request
-            result = await runner.run(args.mode, msgspec.json.decode(text))
+            result: Any = await runner.run(args.mode, msgspec.json.decode(text))
             _print({"response": result.response, "rules_version": result.rules_version})
         else:
             runner = Runner(limits=limits)

@@ -357,8 +357,8 @@ def _validate(r: Ruleset) -> Ruleset:
             raise ValueError(f"invalid access {access!r} for {path!r}")
         if access & ~fs:
             raise ValueError(f"access {access:#x} for {path!r} is not within handled_fs")
-    for rule in port_rules:
-        port, access = rule
+    for port_rule in port_rules:
+        port, access = port_rule
         _check_port(port)
         if isinstance(access, bool) or not isinstance(access, int) or access <= 0:
             raise ValueError(f"invalid access {access!r} for port {port}")
@@ -440,7 +440,7 @@ def _lib() -> ctypes.CDLL:
 
 def _syscall(*args: int) -> int:
     """syscall(2) returning the raw result; only when it is -1 is ctypes.get_errno() valid."""
-    return _lib().syscall(*(ctypes.c_long(a) for a in args))
+    return int(_lib().syscall(*(ctypes.c_long(a) for a in args)))
 
 
 def _fail(step: str) -> OSError:
@@ -485,7 +485,7 @@ def _no_new_privs() -> bool:
     )
     if ret < 0:
         raise _fail("prctl(PR_GET_NO_NEW_PRIVS)")
-    return ret == 1
+    return bool(ret == 1)
 
 
 def restrict_self(r: Ruleset) -> None:

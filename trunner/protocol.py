@@ -94,7 +94,7 @@ def decode_single_frame(
     try:
         if response_type is Any:
             return _ANY_DECODER.decode(body)  # type: ignore[no-any-return]
-        return msgspec.msgpack.decode(body, type=response_type)  # type: ignore[no-any-return]
+        return msgspec.msgpack.decode(body, type=response_type)
     except (msgspec.DecodeError, RecursionError) as e:  # ValidationError is a DecodeError
         raise RunnerError(Reason.BAD_FRAME, f"bad frame body: {e}") from None
 
