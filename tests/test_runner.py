@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from conftest import child_pids, group_alive, is_alive
+from conftest import group_alive, is_alive, watch_children
 from trunner import ExecResult, Limits, Reason, Runner, RunnerError
 from trunner.protocol import encode_frame
 
@@ -85,14 +85,8 @@ async def test_deadline_kills_a_child_that_ignores_sigterm(
 
 async def test_deadline_real_clock_pid_gone(runner: Runner) -> None:
     seen: list[int] = []
-
-    async def watch() -> None:
-        while not seen:
-            seen.extend(child_pids())
-            await trio.sleep(0.01)
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch)
+        nursery.start_soon(watch_children, seen)
         e = await fails(
             runner, "children:sleep_ignoring_term", limits=runner.limits.replace(wall_time_s=2.0)
         )
@@ -130,14 +124,8 @@ async def test_grandchild_holding_stdout_is_killed_after_clean_exit(runner: Runn
 
 async def test_caller_cancellation_kills_group_and_removes_jail(runner: Runner) -> None:
     seen: list[int] = []
-
-    async def watch() -> None:
-        while not seen:
-            seen.extend(child_pids())
-            await trio.sleep(0.005)
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch)
+        nursery.start_soon(watch_children, seen)
         with trio.move_on_after(1.5) as scope:
             await runner.run("children:sleep", 1000)
     assert scope.cancelled_caught
