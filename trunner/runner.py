@@ -263,12 +263,13 @@ def judge(outcome: Outcome, limits: Limits, response_type: Any = Any) -> Any:
     code = outcome.exit_code
     assert code is not None
     excerpt = outcome.stderr[-STDERR_EXCERPT_BYTES:].decode(errors="replace").strip()
-    first_line = excerpt.splitlines()[0] if excerpt else ""
-    if code in (SANDBOX_SETUP_EXIT, PROCESS_COUNT_EXIT) and first_line.startswith(
+    # The helper's refusal is the last thing it writes before it exits.
+    last_line = excerpt.splitlines()[-1] if excerpt else ""
+    if code in (SANDBOX_SETUP_EXIT, PROCESS_COUNT_EXIT) and last_line.startswith(
         "trunner-helper:"
     ):
         reason = Reason.SANDBOX_SETUP if code == SANDBOX_SETUP_EXIT else Reason.PROCESS_COUNT
-        raise RunnerError(reason, first_line.removeprefix("trunner-helper: "), exit_status=code)
+        raise RunnerError(reason, last_line.removeprefix("trunner-helper: "), exit_status=code)
     if code < 0:
         sig = -code
         if sig == signal.SIGSYS:
