@@ -234,9 +234,14 @@ def _can_make_cgroup(base: str) -> bool:
         return False
 
 
-def denied_syscall(pid: int) -> int | None:
+def denied_syscall(pid: int, since_us: int) -> int | None:
     """The syscall the seccomp filter killed `pid` for, from the kernel log
-    (audit type 1326), or None where the log cannot be read."""
+    (audit type 1326), or None where no such record can be read.
+
+    Only records stamped at or after `since_us` (CLOCK_MONOTONIC, the clock of
+    /dev/kmsg's timestamps) count: an older one is of an earlier process that
+    had the same pid. Records may be missing (rate limits, no access).
+    """
     try:
         fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -250,8 +255,13 @@ def denied_syscall(pid: int) -> int | None:
                 break
             except BrokenPipeError:  # a record was overwritten while we read
                 continue
-            if b"type=1326" in record and needle in record and b" syscall=" in record:
-                found = int(record.split(b" syscall=")[1].split()[0])
+            if b"type=1326" not in record or needle not in record:
+                continue
+            prefix, _, message = record.partition(b";")
+            fields = prefix.split(b",")
+            if len(fields) < 3 or int(fields[2]) < since_us or b" syscall=" not in message:
+                continue
+            found = int(message.split(b" syscall=")[1].split()[0])
     finally:
         os.close(fd)
     return found

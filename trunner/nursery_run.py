@@ -33,6 +33,7 @@ class Outcome:
     per stream."""
 
     pid: int = 0
+    started_us: int = 0  # CLOCK_MONOTONIC at spawn
     exit_code: int | None = None  # negative: killed by that signal
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
@@ -60,7 +61,7 @@ async def supervise(
     cancellation from outside, does the same before `Cancelled` propagates.
     `deadline` is absolute, on trio's clock.
     """
-    result = Outcome(pid=child.pid)
+    result = Outcome(pid=child.pid, started_us=child.started_us)
     try:
         async with trio.open_nursery() as nursery:
             # The feeder and the killer have nothing to do once the child exits.

@@ -273,7 +273,7 @@ def judge(outcome: Outcome, limits: Limits, response_type: Any = Any) -> Any:
     if code < 0:
         sig = -code
         if sig == signal.SIGSYS:
-            raise RunnerError(Reason.SYSCALL_DENIED, _denied_detail(outcome.pid), signal=sig)
+            raise RunnerError(Reason.SYSCALL_DENIED, _denied_detail(outcome.pid, outcome.started_us), signal=sig)
         raise RunnerError(
             Reason.KILLED_BY_SIGNAL, f"killed by {signal.Signals(sig).name}; stderr: {excerpt}",
             signal=sig,
@@ -288,10 +288,10 @@ def judge(outcome: Outcome, limits: Limits, response_type: Any = Any) -> Any:
     )
 
 
-def _denied_detail(pid: int) -> str:
+def _denied_detail(pid: int, since_us: int) -> str:
     from trunner import linux, seccomp
 
-    nr = linux.denied_syscall(pid)
+    nr = linux.denied_syscall(pid, since_us)
     if nr is None:
         return "killed by SIGSYS: a syscall outside the allow-list (number not logged)"
     return f"killed by SIGSYS: syscall {nr} ({seccomp.syscall_name(nr) or '?'}) is not allowed"

@@ -15,6 +15,7 @@ import queue
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +36,9 @@ class Child:
 
     pid: int
     pidfd: int
+    #: CLOCK_MONOTONIC at spawn, in microseconds (kernel log records of this
+    #: pid from before then belong to an earlier process with the same pid).
+    started_us: int
     stdin: trio.lowlevel.FdStream
     stdout: trio.lowlevel.FdStream
     stderr: trio.lowlevel.FdStream
@@ -153,6 +157,7 @@ async def spawn(cmd: Command) -> Child:
         box.append(result)  # type: ignore[arg-type]
         token.run_sync_soon(done.set)
 
+    started_us = time.monotonic_ns() // 1000
     _spawn_thread().submit(lambda: _popen(cmd), finish)
     # Shielded: a cancel here would orphan a child that is being born.
     with trio.CancelScope(shield=True):
@@ -165,6 +170,7 @@ async def spawn(cmd: Command) -> Child:
         ) from None
     return Child(
         pid=popen.pid,
+        started_us=started_us,
         pidfd=pidfd,
         stdin=trio.lowlevel.FdStream(in_w),
         stdout=trio.lowlevel.FdStream(out_r),
