@@ -59,15 +59,16 @@ GROUPS: dict[str, tuple[str, ...]] = {
 MARK = "TRUNNER_BENCH_MARKS"
 BASE = "full - cgroup"
 
-# Runs in place of the `trunner-worker` console script: the same imports
-# (the launcher's `re`, trunner.worker, trunner.helper), then helper.main with
-# each step timestamped; the marks go to stderr just before the exec.
+# Runs in place of the worker binary, started the same way (`python -I -S`,
+# trunner found through the path given after -c's code): the same imports
+# (trunner.worker, trunner.helper), then helper.main with each step
+# timestamped; the marks go to stderr just before the exec.
 WRAPPER = r"""
 import time
 _t = time.perf_counter_ns
 marks = [("start", _t())]
-import re
-marks.append(("import re (launcher)", _t()))
+import sys
+sys.path.insert(0, sys.argv.pop(1))
 from trunner.worker import main as _main
 marks.append(("import trunner.worker", _t()))
 from trunner import helper
@@ -161,17 +162,23 @@ class Bench:
         return t0, t1, out
 
 
+def _plan_bounds(argv: tuple[str, ...]) -> tuple[int, int]:
+    """Where the plan items start (after `helper`) and end (at `--`)."""
+    return argv.index("helper") + 1, argv.index("--")
+
+
 def without(prefixes: tuple[str, ...]) -> Callable[[tuple[str, ...]], tuple[str, ...]]:
     def build(argv: tuple[str, ...]) -> tuple[str, ...]:
-        split = argv.index("--")
-        keep = [a for a in argv[2:split] if not a.startswith(prefixes)]
-        return (*argv[:2], *keep, *argv[split:])
+        start, split = _plan_bounds(argv)
+        keep = [a for a in argv[start:split] if not a.startswith(prefixes)]
+        return (*argv[:start], *keep, *argv[split:])
     return build
 
 
 def only_env(argv: tuple[str, ...]) -> tuple[str, ...]:
-    split = argv.index("--")
-    return (*argv[:2], *(a for a in argv[2:split] if a.startswith("env=")), *argv[split:])
+    start, split = _plan_bounds(argv)
+    return (*argv[:start], *(a for a in argv[start:split] if a.startswith("env=")),
+            *argv[split:])
 
 
 def full(argv: tuple[str, ...]) -> tuple[str, ...]:
@@ -183,7 +190,9 @@ def full(argv: tuple[str, ...]) -> tuple[str, ...]:
 
 async def timeline(b: Bench, n: int) -> list[dict[str, Any]]:
     def wrapped(argv: tuple[str, ...]) -> tuple[str, ...]:
-        return (b.venv_python, "-c", WRAPPER, *argv[1:])
+        start, _ = _plan_bounds(argv)
+        trunner_dir = argv[argv.index("--path") + 1]
+        return (b.venv_python, "-I", "-S", "-c", WRAPPER, trunner_dir, *argv[start - 1:])
 
     per: dict[str, list[float]] = {}
     order: list[str] = []
@@ -192,7 +201,7 @@ async def timeline(b: Bench, n: int) -> list[dict[str, Any]]:
         line = next(x for x in bytes(out.stderr).decode().splitlines() if x.startswith(MARK))
         marks = [(k, int(v) / 1e9) for k, v in (i.split("=") for i in line.split()[1:])]
         prev = t0
-        steps = [("interpreter start (fork+exec+init+site)", marks[0][1])]
+        steps = [("interpreter start (fork+exec+init, -I -S)", marks[0][1])]
         steps += [(name.replace("_", " ") if name.startswith("import") else name, t)
                   for name, t in marks[1:]]
         steps.append(("exec adapter, exit, reap", t1))
@@ -273,7 +282,8 @@ async def imports(b: Bench, n: int) -> dict[str, Any]:
     from trunner.protocol import encode_frame
 
     def helper_importtime(argv: tuple[str, ...]) -> tuple[str, ...]:
-        return (b.venv_python, "-X", "importtime", *argv)
+        # argv is (interpreter, -I, -S, worker, ...): add -X importtime after it.
+        return (argv[0], "-X", "importtime", *argv[1:])
 
     paths: dict[str, Callable[[], Any]] = {
         "helper (trunner-worker helper, full plan)":

@@ -112,7 +112,7 @@ def test_helper_steps_quick_reports_every_figure() -> None:
     assert {"meta", "timeline", "leave_one_out", "imports", "parent_phases"} <= set(report)
 
     steps = {row["step"]: row for row in report["timeline"]}
-    for name in ("interpreter start (fork+exec+init+site)", "namespaces", "landlock",
+    for name in ("interpreter start (fork+exec+init, -I -S)", "namespaces", "landlock",
                  "seccomp", "exec adapter, exit, reap"):
         assert name in steps, sorted(steps)
     for row in report["timeline"]:
