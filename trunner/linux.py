@@ -20,7 +20,7 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -72,10 +72,9 @@ def _trunner_dir() -> str:
 
 
 def python_read_exec_paths() -> tuple[str, ...]:
-    """Where this interpreter, its stdlib, site-packages and trunner live."""
+    """Where this interpreter, its stdlib and site-packages live."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     paths.add(os.path.dirname(os.path.realpath(sys.executable)))
-    paths.add(_trunner_dir())
     return tuple(sorted(paths))
 
 
@@ -85,7 +84,7 @@ def resolve_paths(paths: Sequence[str]) -> list[str]:
     out: list[str] = []
     for path in paths:
         if path == PYTHON_PATHS:
-            out += [p for p in python_read_exec_paths() if p != _trunner_dir()]
+            out += python_read_exec_paths()
         elif path == TRUNNER_PATH:
             out.append(_trunner_dir())
         elif os.path.exists(path):
@@ -335,7 +334,6 @@ class LinuxBackend:
     profile: JailProfile = DEFAULT_PROFILE
     fail_step: str | None = None
     landlock_abi: int | None = None
-    _cache: dict[str, object] = field(default_factory=dict, repr=False)
 
     def probe(self) -> HostSupport:
         return probe_host()
