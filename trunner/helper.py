@@ -240,10 +240,17 @@ def _set_rlimits(rlimits: list[tuple[str, int, int]], nproc: int | None) -> None
                              errno or 0) from None
 
 
-def _libc() -> object:
-    import ctypes
+_LIBC: list[object] = []
 
-    return ctypes.CDLL(None, use_errno=True)
+
+def _libc() -> object:
+    """libc through ctypes, loaded once (ctypes is imported only when a step
+    needs a syscall that `os` lacks)."""
+    if not _LIBC:
+        import ctypes
+
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
 
 
 def _check(ret: int, what: str) -> None:
