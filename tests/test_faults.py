@@ -211,6 +211,23 @@ def _cgroups_of(pid: int) -> list[str]:
     return [p.name for p in base.glob(f"{pid}-*")] if base.is_dir() else []
 
 
+async def _kill_and_check(parent: subprocess.Popen[bytes], root: Path, seen: list[int]) -> None:
+    """SIGKILL the parent; one second later nothing it jailed may live."""
+    parent.kill()
+    parent.wait()
+    await trio.sleep(1.0)
+    assert [p for p in seen if is_alive(p)] == []
+    assert _jailed_under(root) == []
+
+
+def _end_parent(parent: subprocess.Popen[bytes], root: Path) -> None:
+    parent.kill()
+    parent.wait()
+    assert parent.stderr is not None
+    parent.stderr.close()
+    shutil.rmtree(root)
+
+
 @pytest.mark.parametrize(
     ("code", "copies", "expected"),
     [
@@ -237,20 +254,12 @@ async def test_sigkilled_parent_mid_run_leaves_no_jailed_process(
         jailed = _jailed_under(root)
         assert len(jailed) >= expected
         cgroups = _cgroups_of(parent.pid)
-        parent.kill()
-        parent.wait()
-        await trio.sleep(1.0)
-        assert [p for p in jailed if is_alive(p)] == []
-        assert _jailed_under(root) == []
+        await _kill_and_check(parent, root, jailed)
         with trio.fail_after(10):  # the watchdog removes the cgroups after the kill
             while set(_cgroups_of(parent.pid)) & set(cgroups):
                 await trio.sleep(0.05)
     finally:
-        parent.kill()
-        parent.wait()
-        assert parent.stderr is not None
-        parent.stderr.close()
-        shutil.rmtree(root)
+        _end_parent(parent, root)
 
 
 LOOPING_PARENT = """
@@ -293,20 +302,11 @@ async def test_sigkilled_parent_at_a_random_moment_of_a_busy_loop(
                 assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
         await trio.sleep(random.Random(seed).uniform(0.5, 2.5))
         assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
-        seen = _jailed_under(root)
-        parent.kill()
-        parent.wait()
-        await trio.sleep(1.0)
-        assert [p for p in seen if is_alive(p)] == []
-        assert _jailed_under(root) == []
+        await _kill_and_check(parent, root, _jailed_under(root))
         done = count.read_text().count("ok") if count.exists() else 0
         print(f"{done} runs completed before the kill")
     finally:
-        parent.kill()
-        parent.wait()
-        assert parent.stderr is not None
-        parent.stderr.close()
-        shutil.rmtree(root)
+        _end_parent(parent, root)
 
 
 # -- the host refuses the jail dir ---------------------------------------------

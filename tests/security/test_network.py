@@ -89,32 +89,22 @@ async def test_raw_packet_netlink_vsock_sockets(
     """, "socket")
 
 
-async def test_pathname_unix_socket_of_the_test(runner: Runner, tmp_path: Path) -> None:
-    """docker.sock-style pathname unix socket outside the jail: connect must fail."""
-    path = str(tmp_path / "docker.sock")
+@pytest.mark.parametrize("kind", ["pathname", "abstract"])
+async def test_unix_socket_of_the_test(runner: Runner, tmp_path: Path, kind: str) -> None:
+    """A host unix socket outside the jail: docker.sock-style by path, or an
+    X11/D-Bus-style abstract name (no path, so no Landlock path rule): connect fails."""
+    address = str(tmp_path / "docker.sock") if kind == "pathname" else (
+        f"\0trunner-sec-{os.getpid()}"
+    )
     with socket.socket(socket.AF_UNIX) as listener:
-        listener.bind(path)
-        os.chmod(path, 0o777)
+        listener.bind(address)
+        if kind == "pathname":
+            os.chmod(address, 0o777)
         listener.listen()
         result = await run_code(runner, f"""
             import socket
             s = socket.socket(socket.AF_UNIX)
-            result = attempt(lambda: s.connect({path!r}))
-        """)
-        assert result == "EPERM"
-        _nothing_accepted(listener)
-
-
-async def test_abstract_unix_socket_of_the_test(runner: Runner) -> None:
-    """Abstract unix socket to a host X11/D-Bus-style listener (no path, no Landlock path rule)."""
-    name = f"\0trunner-sec-{os.getpid()}"
-    with socket.socket(socket.AF_UNIX) as listener:
-        listener.bind(name)
-        listener.listen()
-        result = await run_code(runner, f"""
-            import socket
-            s = socket.socket(socket.AF_UNIX)
-            result = attempt(lambda: s.connect({name!r}))
+            result = attempt(lambda: s.connect({address!r}))
         """)
         assert result == "EPERM"
         _nothing_accepted(listener)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 import trio
 
 from conftest import is_alive
@@ -140,24 +141,19 @@ async def test_cpu_spin_in_a_chain_of_children(runner: Runner) -> None:
     assert e.reason is Reason.TIMEOUT
 
 
-async def test_stdout_flood(runner: Runner) -> None:
-    """Output flood on stdout: the cap kills it (stdout_cap)."""
-    limits = runner.limits.replace(stdout_max_bytes=64 * 1024)
-    e = await denied(runner, """
+@pytest.mark.parametrize(
+    ("fd", "field", "reason"),
+    [(1, "stdout_max_bytes", Reason.STDOUT_CAP), (2, "stderr_max_bytes", Reason.STDERR_CAP)],
+    ids=["stdout", "stderr"],
+)
+async def test_output_flood(runner: Runner, fd: int, field: str, reason: Reason) -> None:
+    """Output flood on stdout (a huge reply) or stderr (log spam): the cap kills it."""
+    limits = runner.limits.replace(**{field: 16 * 1024})
+    e = await denied(runner, f"""
         while True:
-            os.write(1, b"A" * 65536)
+            os.write({fd}, b"A" * 4096)
     """, limits=limits)
-    assert e.reason is Reason.STDOUT_CAP
-
-
-async def test_stderr_flood(runner: Runner) -> None:
-    """Output flood on stderr (log spam): the cap kills it (stderr_cap)."""
-    limits = runner.limits.replace(stderr_max_bytes=16 * 1024)
-    e = await denied(runner, """
-        while True:
-            os.write(2, b"E" * 4096)
-    """, limits=limits)
-    assert e.reason is Reason.STDERR_CAP
+    assert e.reason is reason
 
 
 async def test_fd_exhaustion(runner: Runner) -> None:
