@@ -37,7 +37,7 @@ import trio
 
 from trunner.jail import Command
 from trunner.limits import Limits
-from trunner.linux import LinuxBackend
+from trunner.linux.backend import LinuxBackend
 from trunner.nursery_run import Outcome, supervise
 from trunner.runner import remove_tree
 from trunner.spawn import spawn

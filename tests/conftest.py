@@ -55,7 +55,7 @@ def group_alive(pgid: int) -> bool:
 
 
 def cgroup_dirs() -> set[str]:
-    from trunner.linux import CGROUP_DIR_NAME, probe_host
+    from trunner.linux.backend import CGROUP_DIR_NAME, probe_host
 
     mech = probe_host().process_limit or ""
     if not mech.startswith("pids_cgroup:"):

@@ -26,7 +26,7 @@ import trio
 import trunner.runner
 from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds
 from trunner import Limits, Reason, Runner, RunnerError
-from trunner.linux import CGROUP_DIR_NAME, probe_host
+from trunner.linux.backend import CGROUP_DIR_NAME, probe_host
 
 MiB = 1024 * 1024
 

@@ -19,7 +19,7 @@ import trio
 from conftest import TESTS_DIR, child_pids, is_alive
 from trunner import Reason, Runner, RunnerError
 from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
-from trunner.linux import probe_host
+from trunner.linux.backend import probe_host
 
 
 async def run_code(runner: Runner, code: str, **kw: Any) -> Any:
@@ -255,7 +255,7 @@ async def test_landlock_path_that_vanished_fails_closed(jail_root: Path, tmp_pat
 
 
 def test_landlock_below_the_minimum_abi_is_refused_before_spawn(jail_root: Path) -> None:
-    from trunner.landlock import MIN_ABI
+    from trunner.linux.landlock import MIN_ABI
 
     with pytest.raises(RunnerError) as info:
         Runner(temp_root=str(jail_root), _backend_options={"landlock_abi": MIN_ABI - 1})

@@ -16,10 +16,10 @@ import pytest
 
 from conftest import TESTS_DIR, child_pids
 from trunner import Limits, Reason, Runner, RunnerError, provider_profile_template_blake3
-from trunner.linux import LinuxBackend, probe_host
+from trunner.linux.backend import LinuxBackend, probe_host
 from trunner.profile import DEFAULT_PROFILE, PROVIDER_TEMPLATE, provider_profile
 from trunner.rules import effective_rules_version
-from trunner.seccomp import DEFAULT_POLICY
+from trunner.linux.seccomp import DEFAULT_POLICY
 
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids cgroup, no import paths).
@@ -33,7 +33,7 @@ def version(limits: Limits | None = None, **backend: Any) -> str:
 
 def test_same_inputs_same_version_in_two_processes() -> None:
     code = (
-        "from trunner.linux import LinuxBackend; from trunner.limits import Limits;"
+        "from trunner.linux.backend import LinuxBackend; from trunner.limits import Limits;"
         "from trunner.rules import effective_rules_version as v;"
         "print(v(LinuxBackend('trunner-worker'), Limits()))"
     )
@@ -58,7 +58,7 @@ PROFILE_CHANGES = {
     "read_write": (),
     "tcp_connect_ports": (443,),
     "provider_hosts": ("example.org",),
-    "seccomp": DEFAULT_POLICY._replace(allowed=DEFAULT_POLICY.allowed[1:]),
+    "seccomp": msgspec.structs.replace(DEFAULT_POLICY, allowed=DEFAULT_POLICY.allowed[1:]),
     "environment": ("PATH",),
 }
 

@@ -7,6 +7,7 @@ from /dev/null, so even a broken filter could not reach the test's terminal.
 
 from __future__ import annotations
 
+import errno
 import platform
 import random
 import shutil
@@ -16,9 +17,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from trunner import seccomp
+from trunner.linux import install, seccomp
 
 REPO = str(Path(__file__).resolve().parents[1])
 SIGSYS = -signal.SIGSYS
@@ -33,14 +35,14 @@ pytestmark = pytest.mark.skipif(
 PRELUDE = """\
 import ctypes, errno, os, resource, socket, sys
 sys.path.insert(0, {repo!r})
-import trunner.seccomp as seccomp
+import trunner.linux.install as install
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 with open(sys.argv[1], "rb") as f:
     bpf = f.read()
-seccomp.set_no_new_privs()
-seccomp.install_filter(bpf)
+install.set_no_new_privs()
+install.install_seccomp(bpf)
 print("armed", flush=True)
 """
 
@@ -341,35 +343,27 @@ def test_allowed_syscalls_sorted_unique_and_conditional_ones_kept_apart() -> Non
 
 
 def test_policy_is_a_plain_hashable_encodable_value() -> None:
-    import pickle
-
-    import msgspec
-
     p = seccomp.DEFAULT_POLICY
-    assert p == seccomp.SeccompPolicy(*tuple(p)) and hash(p) == hash(seccomp.SeccompPolicy(*p))
-    assert p._asdict()["allowed"] == seccomp.ALLOWED_SYSCALLS
-    assert pickle.loads(pickle.dumps(p)) == p
-    assert msgspec.msgpack.decode(msgspec.msgpack.encode(p)) == [list(x) if isinstance(x, tuple)
-                                                                 else x for x in p]
-    assert msgspec.msgpack.encode(p._asdict())
-    q = p._replace(extra_allowed=("setsid",))
+    same = msgspec.msgpack.decode(msgspec.msgpack.encode(p), type=seccomp.SeccompPolicy)
+    assert same == p and hash(same) == hash(p)
+    assert msgspec.structs.asdict(p)["allowed"] == seccomp.ALLOWED_SYSCALLS
+    q = msgspec.structs.replace(p, extra_allowed=("setsid",))
     assert q.extra_allowed == ("setsid",) and q.allowed == p.allowed and q != p
-    assert "unix_only_socket=True" in repr(p)
     with pytest.raises(AttributeError):
         p.allowed = ()  # type: ignore[misc]
     with pytest.raises(TypeError):
-        seccomp.SeccompPolicy("read")
+        seccomp.SeccompPolicy(allowed="read")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        seccomp.SeccompPolicy((), ioctl_denied=(1 << 32,))
+        seccomp.SeccompPolicy(allowed=(), ioctl_denied=(1 << 32,))
 
 
 @pytest.mark.parametrize(
     "policy, message",
     [
-        (seccomp.SeccompPolicy(("read", "no_such_syscall")), "no_such_syscall"),
-        (seccomp.SeccompPolicy(("read", "clone3")), "clone3"),
-        (seccomp.SeccompPolicy(("read", "socket")), "socket"),
-        (seccomp.SeccompPolicy(("read",), extra_allowed=("ioctl",)), "ioctl"),
+        (seccomp.SeccompPolicy(allowed=("read", "no_such_syscall")), "no_such_syscall"),
+        (seccomp.SeccompPolicy(allowed=("read", "clone3")), "clone3"),
+        (seccomp.SeccompPolicy(allowed=("read", "socket")), "socket"),
+        (seccomp.SeccompPolicy(allowed=("read",), extra_allowed=("ioctl",)), "ioctl"),
     ],
 )
 def test_inconsistent_policy_is_rejected(policy: seccomp.SeccompPolicy, message: str) -> None:
@@ -378,7 +372,7 @@ def test_inconsistent_policy_is_rejected(policy: seccomp.SeccompPolicy, message:
 
 
 def test_extra_allowed_and_socket_switch_widen_the_filter(tmp_path: Path) -> None:
-    policy = seccomp.DEFAULT_POLICY._replace(
+    policy = msgspec.structs.replace(seccomp.DEFAULT_POLICY, 
         unix_only_socket=False, extra_allowed=("socket",)
     )
     bpf = write_bpf(tmp_path / "wide.bpf", policy)
@@ -413,7 +407,7 @@ def test_build_bpf_is_deterministic_and_cached() -> None:
     assert bpf is seccomp.build_bpf(seccomp.DEFAULT_POLICY)
     assert len(bpf) % 8 == 0 and 0 < len(bpf) // 8 <= 4096
     code = (
-        f"import sys; sys.path.insert(0, {REPO!r}); import trunner.seccomp as s; "
+        f"import sys; sys.path.insert(0, {REPO!r}); import trunner.linux.seccomp as s; "
         "sys.stdout.write(s.build_bpf().hex())"
     )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -422,16 +416,16 @@ def test_build_bpf_is_deterministic_and_cached() -> None:
 
 
 def test_import_is_cheap_for_the_helper() -> None:
-    """Importing the module pulls in ctypes and nothing else heavy (no pyseccomp, no typing)."""
+    """The installer pulls in ctypes and nothing else heavy (no pyseccomp, no typing)."""
     code = (
         f"import sys; sys.path.insert(0, {REPO!r}); import trunner; before = set(sys.modules); "
-        "import trunner.seccomp; print(' '.join(sorted(set(sys.modules) - before)))"
+        "import trunner.linux.install; print(' '.join(sorted(set(sys.modules) - before)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     added = set(out.stdout.split())
-    allowed = {"trunner.seccomp", "ctypes", "_ctypes", "ctypes._endian", "struct", "_struct",
-               "errno", "types", "__future__"}
+    allowed = {"trunner.linux", "trunner.linux.install", "ctypes", "_ctypes", "ctypes._endian",
+               "struct", "_struct", "types"}
     assert added <= allowed, added - allowed
 
 
@@ -446,15 +440,16 @@ def test_syscall_name() -> None:
 @pytest.mark.parametrize("bad", [b"", b"\0" * 7, b"\0" * 8 * 4097, b"\0" * 12])
 def test_install_filter_rejects_malformed_programs(bad: bytes) -> None:
     # Validation happens before any prctl: safe to call in the test process.
-    with pytest.raises(ValueError):
-        seccomp.install_filter(bad)
+    with pytest.raises(OSError) as info:
+        install.install_seccomp(bad)
+    assert info.value.errno == errno.EINVAL
 
 
 def test_install_filter_requires_no_new_privs(bpf_file: Path, tmp_path: Path) -> None:
-    prelude = PRELUDE.replace("seccomp.set_no_new_privs()\n", "").replace(
-        "seccomp.install_filter(bpf)\n",
-        "try:\n    seccomp.install_filter(bpf)\nexcept OSError as e:\n"
-        "    assert e.errno == errno.EACCES, e\n    print('refused', flush=True)\n"
+    prelude = PRELUDE.replace("install.set_no_new_privs()\n", "").replace(
+        "install.install_seccomp(bpf)\n",
+        "try:\n    install.install_seccomp(bpf)\nexcept OSError as e:\n"
+        "    assert e.errno == errno.EPERM, e\n    print('refused', flush=True)\n"
         "else:\n    print('installed', flush=True)\n",
     )
     proc = run_filtered("print('OK')\n", bpf_file, tmp_path, prelude=prelude)
@@ -465,8 +460,8 @@ def test_kernel_rejects_garbage_with_oserror(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.bpf"
     garbage.write_bytes(b"\xff" * 16)  # well-formed size, invalid opcodes
     prelude = PRELUDE.replace(
-        "seccomp.install_filter(bpf)\n",
-        "try:\n    seccomp.install_filter(bpf)\nexcept OSError as e:\n"
+        "install.install_seccomp(bpf)\n",
+        "try:\n    install.install_seccomp(bpf)\nexcept OSError as e:\n"
         "    assert e.errno == errno.EINVAL and 'SECCOMP_SET_MODE_FILTER' in str(e), e\n"
         "    print('rejected', flush=True)\n",
     )

@@ -307,7 +307,7 @@ def _set_no_new_privs() -> None:
 
 
 def _restrict_filesystem(items: list[str]) -> None:
-    from trunner import landlock
+    from trunner.linux import landlock
 
     landlock.restrict_self(landlock.decode_ruleset(items))
 
@@ -321,9 +321,9 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _install_seccomp(bpf: bytes) -> None:
-    from trunner import seccomp
+    from trunner.linux import install
 
-    seccomp.install_filter(bpf)
+    install.install_seccomp(bpf)
 
 
 def _exec(argv: list[str]) -> NoReturn:

@@ -93,7 +93,7 @@ def platform_backend(worker: str, **options: object) -> JailBackend:
         RunnerError: `unsupported_platform` off Linux.
     """
     if sys.platform == "linux":
-        from trunner.linux import LinuxBackend
+        from trunner.linux.backend import LinuxBackend
 
         return LinuxBackend(worker, **options)  # type: ignore[arg-type]
     raise RunnerError(

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from trunner import seccomp
+from trunner.linux import seccomp
 
 #: Symbolic paths, resolved by the backend on the host: the interpreter's
 #: prefixes, and the directory trunner is imported from.

@@ -32,7 +32,7 @@ _ENCODER = msgspec.msgpack.Encoder(order="sorted")
 
 def rules_document(backend: JailBackend, limits: Limits) -> dict[str, Any]:
     """The canonical description of the rules, before hashing."""
-    from trunner import linux
+    from trunner.linux import backend as linux
 
     assert isinstance(backend, linux.LinuxBackend)
     profile = backend.profile
@@ -40,7 +40,7 @@ def rules_document(backend: JailBackend, limits: Limits) -> dict[str, Any]:
         "schema": SCHEMA_VERSION,
         "backend": "linux",
         "machine": platform.machine(),
-        "profile": msgspec.structs.asdict(profile) | {"seccomp": profile.seccomp._asdict()},
+        "profile": profile,
         "seccomp_bpf": backend.bpf(),
         "landlock_abi": backend.abi(),
         "process_limit": (backend.probe().process_limit or "").split(":", 1)[0],

@@ -289,7 +289,7 @@ def judge(outcome: Outcome, limits: Limits, response_type: Any = Any) -> Any:
 
 
 def _denied_detail(pid: int, since_us: int) -> str:
-    from trunner import linux, seccomp
+    from trunner.linux import backend as linux, seccomp
 
     nr = linux.denied_syscall(pid, since_us)
     if nr is None:

@@ -1,22 +1,21 @@
-"""The seccomp policy for jailed processes: the policy as data, its compilation and installation.
+"""Parent side: the seccomp policy as data, and its compilation to BPF.
 
-Parent side: ``build_bpf`` compiles a :class:`SeccompPolicy` into classic BPF bytes with pyseccomp
-(imported lazily, it is slow to import) and ``syscall_name`` names a killed syscall number.
-Helper side: ``set_no_new_privs`` and ``install_filter`` load those bytes with ctypes alone, so
-the helper pays only for ``ctypes``.  Anything the policy does not allow kills the whole process
-with SIGSYS (``SECCOMP_RET_KILL_PROCESS``), as do foreign architectures and x32 syscall numbers.
+`build_bpf` compiles a `SeccompPolicy` into classic BPF bytes with pyseccomp
+(imported lazily: it is slow to import), once per policy; the helper only
+installs the bytes (`trunner.linux.install`). `syscall_name` names a killed
+syscall number. Anything the policy does not allow kills the whole process
+with SIGSYS (`SECCOMP_RET_KILL_PROCESS`), as do foreign architectures and
+x32 syscall numbers.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
+from collections.abc import Iterable
+from typing import Any
 
-# ``from typing import TYPE_CHECKING`` would import typing (~10 ms) into the helper.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterable
+import msgspec
 
 __all__ = [
     "AF_UNIX",
@@ -28,8 +27,6 @@ __all__ = [
     "TIOCLINUX",
     "TIOCSTI",
     "build_bpf",
-    "install_filter",
-    "set_no_new_privs",
     "syscall_name",
 ]
 
@@ -236,129 +233,43 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
 #                  unconnected stream socket cannot sendto a path), nothing leaves.
 
 
-class SeccompPolicy(tuple):  # type: ignore[type-arg]
-    """An immutable, hashable, msgspec-encodable seccomp policy (a tuple of plain values).
+class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The seccomp policy as data; `build_bpf` compiles it.
 
-    Behaves like a ``typing.NamedTuple`` (which is not used only because importing ``typing``
-    would cost the helper ~10 ms).  Fields:
-
-    ``allowed``
-        syscall names allowed unconditionally.
-    ``unix_only_socket``
-        if true, ``socket`` and ``socketpair`` are allowed only when the low 32 bits of the
-        domain argument are ``AF_UNIX``; if false they get no rule (killed unless listed in
-        ``allowed``/``extra_allowed``, which then allows every family).
-    ``errno_enosys``
-        syscall names that fail with ``ENOSYS`` instead of killing (``clone3``: glibc then
-        falls back to ``clone``, whose flags a filter can inspect, unlike clone3's struct).
-    ``extra_allowed``
-        more unconditionally allowed names, for callers that widen the default.
-    ``clone_denied_flags``
-        ``clone`` is allowed iff ``flags & clone_denied_flags == 0`` (0: unconditional).
-    ``ioctl_denied``
-        ``ioctl`` is allowed unless the low 32 bits of the request equal one of these (the
-        kernel truncates the request to ``unsigned int``, so high bits cannot smuggle one
-        through).  Empty: unconditional.
-
-    A name may appear in at most one of allowed/extra_allowed, errno_enosys and the
-    conditional rules (socket/socketpair when ``unix_only_socket``, clone, ioctl).
+    A name may appear in at most one of allowed/extra_allowed, errno_enosys,
+    errno_eperm, self_only and the conditional rules (socket/socketpair when
+    `unix_only_socket`, clone, ioctl).
     """
 
-    __slots__ = ()
-    _fields = (
-        "allowed",
-        "unix_only_socket",
-        "errno_enosys",
-        "extra_allowed",
-        "clone_denied_flags",
-        "ioctl_denied",
-        "errno_eperm",
-        "inet_socket",
-        "self_only",
-    )
+    #: Syscall names allowed unconditionally.
+    allowed: tuple[str, ...]
+    #: `socket`/`socketpair` only for AF_UNIX stream (low 32 bits of the domain).
+    unix_only_socket: bool = True
+    #: Fail with ENOSYS instead of killing (`clone3`: glibc then falls back to
+    #: `clone`, whose flags a filter can inspect, unlike clone3's struct).
+    errno_enosys: tuple[str, ...] = ("clone3",)
+    #: More unconditionally allowed names, for callers that widen the default.
+    extra_allowed: tuple[str, ...] = ()
+    #: `clone` is allowed iff `flags & clone_denied_flags == 0` (0: unconditional).
+    clone_denied_flags: int = NAMESPACE_FLAGS
+    #: `ioctl` is allowed unless the low 32 bits of the request equal one of
+    #: these (the kernel truncates it to unsigned int). Empty: unconditional.
+    ioctl_denied: tuple[int, ...] = (TIOCSTI, TIOCLINUX)
+    #: Fail with EPERM instead of killing, so tools degrade rather than die.
+    errno_eperm: tuple[str, ...] = ()
+    #: `socket` for AF_INET/AF_INET6 stream only, and no longer AF_UNIX
+    #: (socketpair stays AF_UNIX stream): the provider profile, where
+    #: Landlock limits TCP connect to the configured ports.
+    inet_socket: bool = False
+    #: Allowed only with a pid argument (arg 0) of 0: the caller itself.
+    self_only: tuple[str, ...] = ()
 
-    def __new__(
-        cls,
-        allowed: Iterable[str],
-        unix_only_socket: bool = True,
-        errno_enosys: Iterable[str] = ("clone3",),
-        extra_allowed: Iterable[str] = (),
-        clone_denied_flags: int = NAMESPACE_FLAGS,
-        ioctl_denied: Iterable[int] = (TIOCSTI, TIOCLINUX),
-        errno_eperm: Iterable[str] = (),
-        inet_socket: bool = False,
-        self_only: Iterable[str] = (),
-    ) -> SeccompPolicy:
-        fields = (
-            _names(allowed, "allowed"),
-            bool(unix_only_socket),
-            _names(errno_enosys, "errno_enosys"),
-            _names(extra_allowed, "extra_allowed"),
-            _u32(clone_denied_flags, "clone_denied_flags"),
-            tuple(_u32(v, "ioctl_denied") for v in ioctl_denied),
-            _names(errno_eperm, "errno_eperm"),
-            bool(inet_socket),
-            _names(self_only, "self_only"),
-        )
-        return tuple.__new__(cls, fields)
-
-    @property
-    def allowed(self) -> tuple[str, ...]:
-        return self[0]  # type: ignore[no-any-return]
-
-    @property
-    def unix_only_socket(self) -> bool:
-        return self[1]  # type: ignore[no-any-return]
-
-    @property
-    def errno_enosys(self) -> tuple[str, ...]:
-        return self[2]  # type: ignore[no-any-return]
-
-    @property
-    def extra_allowed(self) -> tuple[str, ...]:
-        return self[3]  # type: ignore[no-any-return]
-
-    @property
-    def clone_denied_flags(self) -> int:
-        return self[4]  # type: ignore[no-any-return]
-
-    @property
-    def ioctl_denied(self) -> tuple[int, ...]:
-        return self[5]  # type: ignore[no-any-return]
-
-    @property
-    def errno_eperm(self) -> tuple[str, ...]:
-        return self[6]  # type: ignore[no-any-return]
-
-    @property
-    def self_only(self) -> tuple[str, ...]:
-        """Allowed only with a pid argument (arg 0) of 0: the caller itself."""
-        return self[8]  # type: ignore[no-any-return]
-
-    @property
-    def inet_socket(self) -> bool:
-        """`socket` for AF_INET/AF_INET6 stream only, and no longer AF_UNIX
-        (socketpair stays AF_UNIX stream): the provider profile, where
-        Landlock limits TCP connect to the configured ports."""
-        return self[7]  # type: ignore[no-any-return]
-
-    def _replace(self, **changes: Any) -> SeccompPolicy:
-        values = self._asdict()
-        unknown = set(changes) - set(values)
-        if unknown:
-            raise TypeError(f"SeccompPolicy has no field(s) {sorted(unknown)}")
-        values.update(changes)
-        return SeccompPolicy(**values)
-
-    def _asdict(self) -> dict[str, Any]:
-        return dict(zip(self._fields, self))
-
-    def __getnewargs__(self) -> tuple[Any, ...]:
-        return tuple(self)
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self))
-        return f"SeccompPolicy({inner})"
+    def __post_init__(self) -> None:
+        for field in ("allowed", "errno_enosys", "extra_allowed", "errno_eperm", "self_only"):
+            _names(getattr(self, field), field)
+        _u32(self.clone_denied_flags, "clone_denied_flags")
+        for value in self.ioctl_denied:
+            _u32(value, "ioctl_denied")
 
 
 def _names(values: Iterable[str], field: str) -> tuple[str, ...]:
@@ -394,7 +305,8 @@ def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
     limits the ports), AF_UNIX sockets no longer creatable, so `connect` cannot
     reach a pathname unix socket on the host."""
     base = DEFAULT_POLICY if base is None else base
-    return base._replace(
+    return msgspec.structs.replace(
+        base,
         inet_socket=True,
         allowed=tuple(sorted({*base.allowed, "connect"})),
         errno_eperm=tuple(n for n in base.errno_eperm if n != "connect"),
@@ -570,71 +482,3 @@ def syscall_name(nr: int) -> str | None:
             name = None
     _NAME_CACHE[nr] = name
     return name
-
-
-# --------------------------------------------------------------------------------------------
-# Helper side: ctypes only
-# --------------------------------------------------------------------------------------------
-
-_PR_SET_SECCOMP = 22
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_GET_NO_NEW_PRIVS = 39
-_SECCOMP_MODE_FILTER = 2
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
-
-_prctl: Any = None
-
-
-def _get_prctl() -> Any:
-    global _prctl
-    if _prctl is None:
-        fn = ctypes.CDLL(None, use_errno=True).prctl  # dlopen(NULL): no ldconfig, no search
-        ulong = ctypes.c_ulong
-        fn.argtypes = (ctypes.c_int, ulong, ctypes.c_void_p, ulong, ulong)
-        fn.restype = ctypes.c_int
-        _prctl = fn
-    return _prctl
-
-
-def set_no_new_privs() -> None:
-    """``prctl(PR_SET_NO_NEW_PRIVS, 1)``: required before :func:`install_filter`; irreversible."""
-    if _get_prctl()(_PR_SET_NO_NEW_PRIVS, 1, None, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}")
-
-
-def install_filter(bpf: bytes) -> None:
-    """Load ``bpf`` (from :func:`build_bpf`) as a seccomp filter on the calling thread.
-
-    The caller must have called :func:`set_no_new_privs` (checked here, even when running with
-    CAP_SYS_ADMIN, which would let the kernel accept it) and must be single-threaded: the filter
-    binds the calling thread and everything it later forks/execs, nothing else.  Call it last:
-    afterwards anything outside the policy kills the process.  Equivalent to
-    ``seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog)``, done via ``prctl(PR_SET_SECCOMP,
-    SECCOMP_MODE_FILTER, &prog)`` so no per-arch syscall number is needed.
-    """
-    if not isinstance(bpf, (bytes, bytearray, memoryview)):
-        raise TypeError(f"bpf must be bytes, got {type(bpf).__name__}")
-    raw = bytes(bpf)
-    count, rest = divmod(len(raw), _SOCK_FILTER_SIZE)
-    if rest or not 0 < count <= _BPF_MAXINSNS:
-        raise ValueError(
-            f"bpf must be 1..{_BPF_MAXINSNS} struct sock_filter of {_SOCK_FILTER_SIZE} bytes, "
-            f"got {len(raw)} bytes"
-        )
-    prctl = _get_prctl()
-    nnp = prctl(_PR_GET_NO_NEW_PRIVS, 0, None, 0, 0)
-    if nnp != 1:
-        err = ctypes.get_errno() if nnp < 0 else errno.EACCES
-        raise OSError(
-            err, "seccomp(SECCOMP_SET_MODE_FILTER): no_new_privs is not set (set_no_new_privs)"
-        )
-    insns = ctypes.create_string_buffer(raw, len(raw))
-    prog = _SockFprog(count, ctypes.addressof(insns))
-    if prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, "seccomp(SECCOMP_SET_MODE_FILTER)")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import trio
 
-from trunner import landlock, seccomp
+from trunner.linux import landlock, seccomp
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, HostSupport
 from trunner.limits import Limits

@@ -1,0 +1,1 @@
+"""The Linux jail backend, split by process: parent side and helper side."""
