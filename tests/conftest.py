@@ -55,12 +55,13 @@ def group_alive(pgid: int) -> bool:
 
 
 def cgroup_dirs() -> set[str]:
-    from trunner.linux.backend import CGROUP_DIR_NAME, probe_host
+    from trunner.linux import cgroup
+    from trunner.linux.backend import probe_host
 
-    mech = probe_host().process_limit or ""
-    if not mech.startswith("pids_cgroup:"):
+    limit = probe_host().process_limit
+    if limit is None or limit.kind != "pids_cgroup":
         return set()
-    base = Path(mech.split(":", 1)[1], CGROUP_DIR_NAME)
+    base = Path(limit.cgroup_base, cgroup.DIR_NAME)
     # Only this process's: cgroup names start with the parent's pid.
     mine = f"{os.getpid()}-"
     return {p.name for p in base.glob(mine + "*") if p.is_dir()} if base.is_dir() else set()

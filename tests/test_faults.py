@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 import trio
 
-import trunner.runner
+import trunner.invocation
 from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds
 from trunner import Limits, Reason, Runner, RunnerError
-from trunner.linux.backend import CGROUP_DIR_NAME, probe_host
+from trunner.linux import cgroup
+from trunner.linux.backend import probe_host
 
 MiB = 1024 * 1024
 
@@ -112,7 +113,7 @@ async def test_cancel_at_random_points_leaves_nothing(
               for _ in range(200)]
     leaders: dict[object, list[int]] = {}
     jail_dirs: dict[object, list[str]] = {}
-    real_spawn, real_mkdtemp = trunner.runner.spawn, tempfile.mkdtemp
+    real_spawn, real_mkdtemp = trunner.invocation.spawn, tempfile.mkdtemp
 
     async def spawn(cmd: Any) -> Any:
         child = await real_spawn(cmd)
@@ -127,7 +128,7 @@ async def test_cancel_at_random_points_leaves_nothing(
             pass
         return path
 
-    monkeypatch.setattr(trunner.runner, "spawn", spawn)
+    monkeypatch.setattr(trunner.invocation, "spawn", spawn)
     monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
     problems: list[str] = []
     counts = {"cancelled": 0, "spawned": 0, "jail_dir_made": 0}
@@ -204,10 +205,10 @@ def _jailed_under(root: Path) -> list[int]:
 
 
 def _cgroups_of(pid: int) -> list[str]:
-    mech = probe_host().process_limit or ""
-    if not mech.startswith("pids_cgroup:"):
+    limit = probe_host().process_limit
+    if limit is None or limit.kind != "pids_cgroup":
         return []
-    base = Path(mech.split(":", 1)[1], CGROUP_DIR_NAME)
+    base = Path(limit.cgroup_base, cgroup.DIR_NAME)
     return [p.name for p in base.glob(f"{pid}-*")] if base.is_dir() else []
 
 
@@ -319,7 +320,7 @@ def _never_spawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         calls.append(cmd)
         raise AssertionError("spawned although the jail dir could not be made")
 
-    monkeypatch.setattr(trunner.runner, "spawn", spawn)
+    monkeypatch.setattr(trunner.invocation, "spawn", spawn)
     return calls
 
 

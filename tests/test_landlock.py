@@ -18,10 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import trunner.linux.install as install
 import trunner.linux.landlock as ll
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(ll.__file__)))
-KERNEL_ABI = ll.abi_version()
+KERNEL_ABI = install.landlock_abi()
 needs_landlock = pytest.mark.skipif(
     KERNEL_ABI < ll.MIN_ABI, reason=f"kernel Landlock ABI {KERNEL_ABI} < {ll.MIN_ABI}"
 )
@@ -50,10 +51,10 @@ def test_constants_match_uapi() -> None:
 def test_struct_layouts() -> None:
     import ctypes
 
-    assert ctypes.sizeof(ll._PathBeneathAttr) == 12  # packed
-    assert ll._PathBeneathAttr.parent_fd.offset == 8
-    assert ctypes.sizeof(ll._RulesetAttr) == 24
-    assert ctypes.sizeof(ll._NetPortAttr) == 16
+    assert ctypes.sizeof(install._PathBeneath) == 12  # packed
+    assert install._PathBeneath.parent_fd.offset == 8
+    assert ctypes.sizeof(install._RulesetAttr) == 24
+    assert ctypes.sizeof(install._NetPort) == 16
 
 
 @pytest.mark.parametrize(
@@ -162,13 +163,6 @@ def test_plan_unions_rights_of_a_path_listed_twice() -> None:
     assert r.path_rules == (("/x", ll.rx_access(6) | ll.rw_access(6)),)
 
 
-def test_plan_keeps_placeholder_paths_but_encode_needs_absolute() -> None:
-    r = ll.plan_ruleset(7, read_exec=[], read_only=[], read_write=["<jail>"])
-    assert r.path_rules == (("<jail>", ll.rw_access(7)),)
-    with pytest.raises(ValueError, match="absolute"):
-        ll.encode_ruleset(r)
-
-
 def test_plan_clamps_future_abi() -> None:
     r = ll.plan_ruleset(12, read_exec=[], read_only=[], read_write=[])
     assert r.abi == ll.KNOWN_ABI
@@ -193,25 +187,6 @@ def test_plan_rejects_bad_input(kwargs: dict) -> None:
         ll.plan_ruleset(7, **args)
 
 
-def test_ruleset_behaves_like_a_namedtuple() -> None:
-    r = ll.Ruleset(abi=6, handled_fs=1, handled_net=0, scoped=3, path_rules=(), port_rules=())
-    assert r == (6, 1, 0, 3, (), ())
-    assert r._fields == ("abi", "handled_fs", "handled_net", "scoped", "path_rules", "port_rules")
-    assert r._replace(abi=7).abi == 7 and r.abi == 6
-    assert r._asdict()["scoped"] == 3
-    assert ll.Ruleset._make(list(r)) == r
-    assert pickle.loads(pickle.dumps(r)) == r
-    assert type(pickle.loads(pickle.dumps(r))) is ll.Ruleset
-    assert "Ruleset(abi=6, handled_fs=1" in repr(r)
-    assert hash(r) == hash(tuple(r))
-    with pytest.raises(AttributeError):
-        r.abi = 5  # type: ignore[misc]
-    with pytest.raises(TypeError):
-        ll.Ruleset(1, 2, 3)  # type: ignore[call-arg]
-    with pytest.raises(ValueError):
-        r._replace(nope=1)
-
-
 WEIRD_PATHS = [
     "/tmp/a:b",
     "/tmp/with space",
@@ -224,87 +199,12 @@ WEIRD_PATHS = [
 ]
 
 
-def test_encode_decode_round_trip() -> None:
-    r = ll.plan_ruleset(
-        7, read_exec=WEIRD_PATHS[:3], read_only=WEIRD_PATHS[3:6],
-        read_write=WEIRD_PATHS[6:], connect_tcp_ports=[0, 1, 65535],
-    )
-    args = ll.encode_ruleset(r)
-    assert all(isinstance(a, str) and "\0" not in a for a in args)
-    assert len(args) == 1 + len(WEIRD_PATHS) + 3
-    assert args[0] == f"h:7:{0xFFFF}:3:3:{len(args) - 1}"
-    assert "p:%d:/tmp/a:b" % ll.rx_access(7) in args
-    assert "n:2:65535" in args
-    back = ll.decode_ruleset(args)
-    assert back == r
-    assert type(back) is ll.Ruleset
-
-
 _abs_paths = st.text(st.characters(blacklist_characters="\0"), max_size=40).map(lambda t: "/" + t)
-
-
-@settings(max_examples=200, deadline=None, database=None)
-@given(
-    abi=st.integers(1, 9),
-    rx=st.lists(_abs_paths, max_size=5),
-    ro=st.lists(_abs_paths, max_size=5),
-    rw=st.lists(_abs_paths, max_size=5),
-    ports=st.lists(st.integers(0, 65535), max_size=5),
-)
-def test_encode_decode_round_trip_property(
-    abi: int, rx: list[str], ro: list[str], rw: list[str], ports: list[int]
-) -> None:
-    r = ll.plan_ruleset(abi, read_exec=rx, read_only=ro, read_write=rw,
-                        connect_tcp_ports=ports, min_abi=1)
-    assert ll.decode_ruleset(ll.encode_ruleset(r)) == r
-    assert {p for p, _ in r.path_rules} == set(rx) | set(ro) | set(rw)
-
-
-def test_encode_decode_round_trip_minimal_and_old_abi() -> None:
-    for r in (
-        ll.plan_ruleset(6, read_exec=[], read_only=[], read_write=[]),
-        ll.plan_ruleset(1, read_exec=["/usr"], read_only=[], read_write=[], min_abi=1),
-    ):
-        assert ll.decode_ruleset(ll.encode_ruleset(r)) == r
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        [],
-        ["h:7:65535:3:3"],  # no count
-        ["h:7:65535:3:3:1"],  # announces a rule that is missing
-        ["h:7:65535:3:3:0", "p:4:/x"],  # extra rule (truncated/concatenated argv)
-        ["x:7:65535:3:3:0"],
-        ["h:+7:65535:3:3:0"],
-        ["h:7: 65535:3:3:0"],
-        ["h:7:65_535:3:3:0"],
-        ["h:٧:65535:3:3:0"],  # non-ASCII digit
-        ["h:0:65535:3:3:0"],  # ABI 0
-        ["h:7:0:3:3:0"],  # nothing handled
-        ["h:7:131071:3:3:0"],  # fs bit unknown to ABI 7
-        ["h:3:65535:0:0:0"],  # IOCTL_DEV not in ABI 3
-        ["h:3:32767:3:0:0"],  # net in ABI 3
-        ["h:5:65535:3:3:0"],  # scopes in ABI 5
-        ["h:7:65535:3:3:1", "p:4"],
-        ["h:7:65535:3:3:1", "p:4:relative"],
-        ["h:7:65535:3:3:1", "p:0:/x"],  # empty access
-        ["h:7:4:3:3:1", "p:8:/x"],  # access not within handled_fs
-        ["h:7:65535:3:3:1", "n:2:65536"],
-        ["h:7:65535:3:3:1", "n:2:-1"],
-        ["h:7:65535:3:3:1", "n:4:80"],  # not a net right
-        ["h:7:65535:0:3:1", "n:2:80"],  # port rule without handled net
-        ["h:7:65535:3:3:1", "q:2:80"],
-    ],
-)
-def test_decode_rejects_malformed(args: list[str]) -> None:
-    with pytest.raises(ValueError):
-        ll.decode_ruleset(args)
 
 
 def test_abi_version_in_process() -> None:
     # Read-only query, safe in the test process itself.
-    assert ll.abi_version() == KERNEL_ABI
+    assert install.landlock_abi() == KERNEL_ABI
     assert KERNEL_ABI >= 0
 
 
@@ -315,9 +215,15 @@ def test_abi_version_in_process() -> None:
 CHILD = r"""
 import ctypes, errno, json, os, sys
 
+import msgspec
+import trunner.linux.install as inst
 import trunner.linux.landlock as ll
 
 cfg = json.loads(sys.argv[1])
+
+
+def restrict_self(r):
+    inst.restrict_filesystem(*r.install_args())
 results = {}
 
 
@@ -338,7 +244,7 @@ def plan(**overrides):
     kw = dict(read_exec=cfg["rx"], read_only=cfg["ro"], read_write=cfg["rw"],
               connect_tcp_ports=cfg["ports"])
     kw.update(overrides)
-    return ll.plan_ruleset(ll.abi_version(), **kw)
+    return ll.plan_ruleset(inst.landlock_abi(), **kw)
 
 
 def read(path):
@@ -355,7 +261,7 @@ def write(path, data="x"):
 
 MAIN_CHECKS = r"""
 set_nnp()
-ll.restrict_self(plan())
+restrict_self(plan())
 # Everything below runs jailed; these imports must come from the read_exec stdlib.
 import signal, socket, subprocess
 
@@ -485,14 +391,14 @@ print(json.dumps(results))
 
 ERROR_CHECKS = r"""
 def restrict(r):
-    ll.restrict_self(r)
+    restrict_self(r)
     return "restricted"
 
 # Nothing below may enforce anything: every call must fail before landlock_restrict_self.
 fds_before = sorted(os.listdir("/proc/self/fd"))
 attempt("no_nnp", lambda: restrict(plan()))
 set_nnp()
-attempt("abi_too_new", lambda: restrict(plan()._replace(abi=ll.KNOWN_ABI + 1)))
+attempt("abi_too_new", lambda: restrict(msgspec.structs.replace(plan(), abi=ll.KNOWN_ABI + 1)))
 attempt("missing_path", lambda: restrict(plan(read_only=cfg["ro"] + [cfg["missing"]])))
 attempt("dangling_symlink", lambda: restrict(plan(read_only=cfg["ro"] + [cfg["dangling"]])))
 # A rule the kernel itself refuses (a pipe is not a path it can rule): return value checked.
@@ -506,7 +412,7 @@ print(json.dumps(results))
 
 MISSING_PATH_UNCAUGHT = r"""
 set_nnp()
-ll.restrict_self(plan(read_exec=cfg["rx"] + [cfg["missing"]]))
+restrict_self(plan(read_exec=cfg["rx"] + [cfg["missing"]]))
 print("SHOULD NOT BE REACHED")
 """
 
@@ -703,7 +609,7 @@ def test_programs_still_run(jailed: dict, env: Env) -> None:
 @needs_landlock
 def test_no_connect_ports_means_no_connect(env: Env) -> None:
     p = env.run(
-        'set_nnp(); ll.restrict_self(plan())\n'
+        'set_nnp(); restrict_self(plan())\n'
         'import socket\n'
         'addr = ("127.0.0.1", cfg["allowed_port"])\n'
         'attempt("c", lambda: socket.create_connection(addr, 5).close())\n'
@@ -729,8 +635,7 @@ def test_errors_fail_closed_before_enforcing(env: Env) -> None:
     assert f"landlock_add_rule({cfg['missing']})" in res["missing_path"]["msg"]
     assert _err(res, "dangling_symlink") == "ENOENT"
     assert _err(res, "kernel_refuses_rule") == "EBADFD"
-    assert res["kernel_refuses_rule"]["msg"].startswith(
-        f"[Errno {errno.EBADFD}] landlock_add_rule(/proc/self/fd/")
+    assert "landlock_add_rule(/proc/self/fd/" in res["kernel_refuses_rule"]["msg"]
     before, after = res["fds"]
     assert len(after) == len(before) + 2  # only the test's own pipe: no leaked fds
     assert res["still_unrestricted"] == {"ok": "top secret"}
@@ -742,4 +647,5 @@ def test_missing_path_kills_the_child(env: Env) -> None:
     p = env.run(MISSING_PATH_UNCAUGHT, cfg)
     assert p.returncode != 0
     assert "SHOULD NOT BE REACHED" not in p.stdout
-    assert f"[Errno {errno.ENOENT}] landlock_add_rule({cfg['missing']})" in p.stderr
+    assert f"[Errno {errno.ENOENT}]" in p.stderr
+    assert f"landlock_add_rule({cfg['missing']})" in p.stderr

@@ -24,7 +24,7 @@ from trunner.linux.seccomp import DEFAULT_POLICY
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids cgroup, no import paths).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "a095c6b3f395742b187b8245fe9361637fcb1b9d397eacb42bd2950bdd71c5a2"
+GOLDEN_DEFAULT = "dad09d74729f6707735bab383f6324f2d7c96bcc7f157d526092e7c38f394850"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:
@@ -43,15 +43,13 @@ def test_same_inputs_same_version_in_two_processes() -> None:
 
 def test_golden_default_version() -> None:
     host = probe_host()
-    if (platform.machine(), host.landlock_abi, (host.process_limit or "").split(":")[0]) != (
-        "x86_64", 7, "pids_cgroup"
-    ):
+    kind = host.process_limit.kind if host.process_limit else None
+    if (platform.machine(), host.landlock_abi, kind) != ("x86_64", 7, "pids_cgroup"):
         pytest.skip("the golden digest is pinned for x86_64, Landlock ABI 7, root")
     assert version() == GOLDEN_DEFAULT
 
 
 PROFILE_CHANGES = {
-    "name": "other",
     "namespaces": ("user",),
     "read_exec": (*DEFAULT_PROFILE.read_exec, "/opt"),
     "read_only": DEFAULT_PROFILE.read_only[1:],
@@ -70,7 +68,42 @@ def test_each_profile_field_changes_the_version(field: str) -> None:
 
 
 def test_every_profile_field_is_covered() -> None:
-    assert set(PROFILE_CHANGES) | {"process_limit"} == set(DEFAULT_PROFILE.__struct_fields__)
+    assert set(PROFILE_CHANGES) | {"name"} == set(DEFAULT_PROFILE.__struct_fields__)
+
+
+def test_what_is_not_enforced_is_not_hashed() -> None:
+    # A profile's name decides nothing the helper applies.
+    assert version(profile=msgspec.structs.replace(DEFAULT_PROFILE, name="other")) == version()
+
+
+async def test_the_hashed_plan_is_the_plan_the_helper_gets(jail_root: Path) -> None:
+    import marshal
+    import os
+    import tempfile
+
+    from trunner.linux.plan import JAIL_DIR
+    from trunner.worker import locate_worker
+
+    backend = LinuxBackend(locate_worker())
+    jail_dir = tempfile.mkdtemp(dir=jail_root)
+    jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=("/bin/true",), limits=Limits())
+    try:
+        argv = jail.command.argv
+        sent = marshal.loads(bytes.fromhex(argv[argv.index("helper") + 1]))
+    finally:
+        await jail.release()
+        os.rmdir(jail_dir)
+    hashed = backend.rules_document(Limits())["plan"]
+    for key in ("rlimits", "unshare_flags", "seccomp_bpf", "unsafe_skip", "fail_at", "uid"):
+        assert list(map(tuple, sent[key])) == list(map(tuple, hashed[key])) if key == "rlimits" \
+            else sent[key] == hashed[key], key
+    assert sent["process_limit"][::2] == hashed["process_limit"][::2]
+    abi, fs, net, scoped, paths, ports = sent["landlock"]
+    rules = hashed["landlock"]
+    assert (abi, fs, net, scoped) == (rules.abi, rules.handled_fs, rules.handled_net, rules.scoped)
+    assert sorted(sent["env"]) == sorted(jail.command.env) == sorted(hashed["env"])
+    assert hashed["env"]["HOME"] == JAIL_DIR
+    assert dict((p, a) for p, a, _ in paths)[jail_dir] == dict(rules.path_rules)[JAIL_DIR]
 
 
 @pytest.mark.parametrize("field", Limits.__struct_fields__)

@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import msgspec
 
@@ -84,8 +84,9 @@ def _write_all(fd: int, data: bytes) -> None:
 def run_exec(request: ExecRequest) -> ExecResult:
     """Run `request.argv` in this jail and capture its output, bounded.
 
-    Output past a cap is forwarded to this worker's own stream, so the
-    parent sees its cap crossed and reports `stdout_cap` / `stderr_cap`.
+    When a stream crosses its cap the program is killed and the reply holds
+    that stream's first cap + 1 bytes: the parent sees the cap crossed and
+    reports `stdout_cap` / `stderr_cap`, never the output.
     """
     import selectors
     import subprocess
@@ -94,8 +95,8 @@ def run_exec(request: ExecRequest) -> ExecResult:
         request.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     assert proc.stdin and proc.stdout and proc.stderr
-    caps = {proc.stdout.fileno(): (request.stdout_max_bytes, 1),
-            proc.stderr.fileno(): (request.stderr_max_bytes, 2)}
+    caps = {proc.stdout.fileno(): request.stdout_max_bytes,
+            proc.stderr.fileno(): request.stderr_max_bytes}
     bufs: dict[int, bytearray] = {fd: bytearray() for fd in caps}
     pending = memoryview(request.stdin)
     with selectors.DefaultSelector() as sel:
@@ -105,7 +106,8 @@ def run_exec(request: ExecRequest) -> ExecResult:
             sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
         else:
             proc.stdin.close()
-        while sel.get_map():
+        crossed = False
+        while sel.get_map() and not crossed:
             for key, _ in sel.select():
                 fd = key.fd
                 if fd not in caps:
@@ -117,17 +119,16 @@ def run_exec(request: ExecRequest) -> ExecResult:
                         sel.unregister(fd)
                         proc.stdin.close()
                     continue
-                chunk = os.read(fd, 1 << 16)
+                buf = bufs[fd]
+                chunk = os.read(fd, min(1 << 16, caps[fd] + 1 - len(buf)))
                 if not chunk:
                     sel.unregister(fd)
                     continue
-                buf = bufs[fd]
                 buf += chunk
-                cap, own_fd = caps[fd]
-                if len(buf) > cap:
+                if len(buf) > caps[fd]:
                     proc.kill()
-                    _write_all(own_fd, bytes(buf))
-                    _die()
+                    crossed = True
+                    break
     code = proc.wait()
     return ExecResult(
         exit_code=code if code >= 0 else None,
@@ -135,7 +136,3 @@ def run_exec(request: ExecRequest) -> ExecResult:
         stdout=bytes(bufs[proc.stdout.fileno()]),
         stderr=bytes(bufs[proc.stderr.fileno()]),
     )
-
-
-def _die() -> NoReturn:
-    os._exit(1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from trunner.errors import Reason, RunnerError
 
@@ -32,16 +32,27 @@ class Command:
 
 
 @dataclass(frozen=True)
+class ProcessLimit:
+    """How the process limit is enforced on this host: `rlimit_nproc` (not
+    root), or `pids_cgroup`, per-run cgroups made under `cgroup_base`."""
+
+    kind: Literal["pids_cgroup", "rlimit_nproc"]
+    cgroup_base: str = ""
+
+
+@dataclass(frozen=True)
 class HostSupport:
     """What this host supports, and whether a run would be refused."""
 
     platform: str
     is_root: bool
+    uid: int
+    gid: int
     landlock_abi: int
     seccomp_filter: bool
     user_namespaces: bool
     network_namespaces: bool
-    process_limit: str | None  # the mechanism, e.g. "rlimit_nproc" or "pids_cgroup"
+    process_limit: ProcessLimit | None
     refusal: Reason | None = None
     refusal_detail: str = ""
 
@@ -61,17 +72,22 @@ class Jail(Protocol):
 
 
 class JailBackend(Protocol):
-    """Builds jailed commands for one platform.
+    """Builds jailed commands for one platform, and owns its platform facts.
 
     `open_jail()` returns a command with a cleared environment, the jail dir
-    as cwd and the helper stage first; it raises `RunnerError` with
-    `sandbox_setup`, `process_limit_unavailable` or `unsupported_platform`
-    where this host cannot apply the rules. It never returns a command that
-    would run unconfined.
+    as cwd and the helper stage first; the child gets the helper's report
+    pipe as fd 3. It raises `RunnerError` with `sandbox_setup`,
+    `process_limit_unavailable` or `spawn_failed` where this host cannot
+    apply the rules. It never returns a command that would run unconfined.
     """
 
+    #: The worker binary whose helper mode starts every jail.
+    worker: str
+    #: Directories the jail may read user modes from.
+    import_paths: tuple[str, ...]
+
     def probe(self) -> HostSupport:
-        """What the host supports (cached; cheap after the first call)."""
+        """What the host supports (cached; read-only: changes nothing)."""
 
     def check(self) -> None:
         """Raise the refusal `RunnerError` if a run here would be refused."""
@@ -84,6 +100,12 @@ class JailBackend(Protocol):
         limits: Limits,
     ) -> Jail:
         """Build one invocation's jail. Raises `RunnerError` on refusal."""
+
+    def rules_document(self, limits: Limits) -> dict[str, Any]:
+        """What the effective rules version hashes for runs with `limits`."""
+
+    def explain_death(self, signal: int, pid: int, started_us: int) -> tuple[Reason, str]:
+        """The reason and detail for a worker killed by `signal`."""
 
 
 def platform_backend(worker: str, **options: object) -> JailBackend:

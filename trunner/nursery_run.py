@@ -37,6 +37,8 @@ class Outcome:
     exit_code: int | None = None  # negative: killed by that signal
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
+    #: The helper's refusal, from its report pipe (None: it exec'd).
+    report: str | None = None
     failure: Reason | None = None
     detail: str = ""
 
@@ -62,26 +64,53 @@ async def supervise(
     `deadline` is absolute, on trio's clock.
     """
     result = Outcome(pid=child.pid, started_us=child.started_us)
+
+    def breach(reason: Reason, detail: str) -> None:
+        result.fail(reason, detail)
+        child.kill_group()
+        nursery.cancel_scope.cancel(reason=reason.value)
+
+    async def feed(scope: trio.CancelScope) -> None:
+        with scope:
+            try:
+                async with child.stdin:
+                    await child.stdin.send_all(request)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the child stopped reading; its exit status will tell why
+
+    async def kill_at(scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep_until(deadline)
+            breach(Reason.TIMEOUT, "the wall-clock deadline passed")
+
+    async def drain(
+        stream: trio.lowlevel.FdStream, cap: int, buf: bytearray, reason: Reason
+    ) -> None:
+        try:
+            # Never ask for more than one byte past the cap.
+            while chunk := await stream.receive_some(min(READ_CHUNK_BYTES, cap - len(buf) + 1)):
+                buf += chunk
+                if len(buf) > cap:
+                    name = reason.value.removesuffix("_cap")
+                    breach(reason, f"{name} went over its cap of {cap} bytes")
+                    return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
     try:
         async with trio.open_nursery() as nursery:
             # The feeder and the killer have nothing to do once the child exits.
             until_exit = (trio.CancelScope(), trio.CancelScope())
-            nursery.start_soon(_until_exit, until_exit[0], _feed, child.stdin, request)
-            nursery.start_soon(
-                _until_exit, until_exit[1], _kill_at, deadline, child, result, nursery.cancel_scope
-            )
-            nursery.start_soon(
-                _drain, child.stdout, stdout_max_bytes, result.stdout, Reason.STDOUT_CAP,
-                child, result, nursery.cancel_scope,
-            )
-            nursery.start_soon(
-                _drain, child.stderr, stderr_max_bytes, result.stderr, Reason.STDERR_CAP,
-                child, result, nursery.cancel_scope,
-            )
+            nursery.start_soon(feed, until_exit[0])
+            nursery.start_soon(kill_at, until_exit[1])
+            nursery.start_soon(drain, child.stdout, stdout_max_bytes, result.stdout,
+                               Reason.STDOUT_CAP)
+            nursery.start_soon(drain, child.stderr, stderr_max_bytes, result.stderr,
+                               Reason.STDERR_CAP)
             await child.wait_exit()
             child.kill_group()
             for scope in until_exit:
-                scope.cancel()
+                scope.cancel(reason="the worker exited")
             nursery.cancel_scope.deadline = trio.current_time() + drain_grace_s
         if nursery.cancel_scope.cancelled_caught:
             result.fail(
@@ -94,49 +123,6 @@ async def supervise(
             child.kill_group()
             await child.wait_exit()
             result.exit_code = os.waitstatus_to_exitcode(child.reap())
+            result.report = child.read_report()
             await child.aclose_streams()
     return result
-
-
-async def _until_exit(scope: trio.CancelScope, fn, *args) -> None:  # type: ignore[no-untyped-def]
-    with scope:
-        await fn(*args)
-
-
-async def _feed(stdin: trio.lowlevel.FdStream, request: bytes) -> None:
-    try:
-        async with stdin:
-            await stdin.send_all(request)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass  # the child stopped reading; its exit status will tell why
-
-
-async def _kill_at(
-    deadline: float, child: Child, result: Outcome, scope: trio.CancelScope
-) -> None:
-    await trio.sleep_until(deadline)
-    result.fail(Reason.TIMEOUT, "the wall-clock deadline passed")
-    child.kill_group()
-    scope.cancel()
-
-
-async def _drain(
-    stream: trio.lowlevel.FdStream,
-    cap: int,
-    buf: bytearray,
-    reason: Reason,
-    child: Child,
-    result: Outcome,
-    scope: trio.CancelScope,
-) -> None:
-    try:
-        # Never ask for more than one byte past the cap.
-        while chunk := await stream.receive_some(min(READ_CHUNK_BYTES, cap - len(buf) + 1)):
-            buf += chunk
-            if len(buf) > cap:
-                result.fail(reason, f"{reason.value.split('_')[0]} went over its cap of {cap} bytes")
-                child.kill_group()
-                scope.cancel()
-                return
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass

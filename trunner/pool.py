@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from trunner import invocation
 from trunner.errors import RunnerError
 from trunner.protocol import encode_frame
 
@@ -24,7 +25,7 @@ REFILL_BACKOFF_S = 1.0
 
 if TYPE_CHECKING:
     from trunner.limits import Limits
-    from trunner.runner import Result, Runner, Started
+    from trunner.runner import Result, Runner
 
 
 class WorkerPool:
@@ -38,9 +39,10 @@ class WorkerPool:
         if idle_s <= 0:
             raise ValueError("idle_s must be positive")
         self._runner, self._limits = runner, limits
+        self._caps = invocation.Caps.of(limits)
         self._argv = (runner.worker, mode)
         self.size, self.idle_s = size, idle_s
-        self._idle: deque[Started] = deque()
+        self._idle: deque[invocation.Started] = deque()
         self._last_use = 0.0
         self._wanted = trio.Event()
         self._open = False
@@ -58,15 +60,16 @@ class WorkerPool:
         self._last_use = trio.current_time()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._refill)
+                # Returns once the pool is full (or a spawn failed): warm on entry.
+                await nursery.start(self._refill)
                 try:
                     yield self
                 finally:
-                    nursery.cancel_scope.cancel()
+                    nursery.cancel_scope.cancel(reason="the pool was closed")
         finally:
             self._open = False
             while self._idle:
-                await self._runner._discard(self._idle.popleft())
+                await invocation.discard(self._idle.popleft())
 
     @property
     def idle_workers(self) -> int:
@@ -76,12 +79,13 @@ class WorkerPool:
     async def run(self, request: object, *, response_type: Any = Any) -> Result[Any]:
         """Serve `request` on a prewarmed worker (or a fresh one if none is
         ready). Same reasons, same verdict as `Runner.run`."""
-        from trunner.runner import Result, judge
+        from trunner.runner import Result
 
         if not self._open:
             raise RuntimeError("use the pool inside `async with runner.pool(...)`")
+        runner = self._runner
         frame = encode_frame(request)
-        version = self._runner.rules_version(self._limits)
+        version = runner.rules_version(self._limits)
         self._last_use = trio.current_time()
         self._wanted.set()
         # A worker that died while idle (e.g. a refused setup) is served all the
@@ -89,31 +93,44 @@ class WorkerPool:
         if self._idle:
             started = self._idle.popleft()
         else:
-            started = await self._runner._start(self._argv, self._limits)
-        deadline = trio.current_time() + self._limits.wall_time_s  # from the request on
-        outcome = await self._runner._serve(started, frame, self._limits, deadline)
-        return Result(judge(outcome, self._limits, response_type), version)
+            started = await invocation.start(runner.backend, self._argv, self._limits,
+                                             runner.temp_root)
+        outcome = await invocation.serve(started, frame, self._caps)
+        response = invocation.judge(outcome, runner.backend, self._caps.stdout_max_bytes,
+                                    response_type)
+        return Result(response, version)
 
-    async def _refill(self) -> None:
+    async def _refill(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                      ) -> None:
+        runner = self._runner
+        ready = False
+
+        def announce() -> None:
+            nonlocal ready
+            if not ready:
+                ready = True
+                task_status.started()
+
         while True:
             # Fresh before looking, so a run() during the awaits below is seen.
             self._wanted = trio.Event()
             if trio.current_time() - self._last_use >= self.idle_s:
                 # Unused for idle_s: end the idle workers, refill on next use.
                 while self._idle:
-                    await self._runner._discard(self._idle.popleft())
+                    await invocation.discard(self._idle.popleft())
+                announce()
                 await self._wanted.wait()
             elif len(self._idle) < self.size:
                 try:
-                    started = await self._runner._start(self._argv, self._limits)
+                    started = await invocation.start(runner.backend, self._argv, self._limits,
+                                                     runner.temp_root)
                 except RunnerError:
                     # run() starts its own worker and reports the reason.
+                    announce()
                     await trio.sleep(REFILL_BACKOFF_S)
                     continue
-                if self._open:
-                    self._idle.append(started)
-                else:
-                    await self._runner._discard(started)
+                self._idle.append(started)
             else:
+                announce()
                 with trio.move_on_at(self._last_use + self.idle_s):
                     await self._wanted.wait()

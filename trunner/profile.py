@@ -4,8 +4,8 @@
 jail except that it shares the host's network namespace and may open TCP
 connections to configured ports (Landlock ABI >= 4 net rules); it is made
 from a template shipped in `trunner/profiles/provider.toml`, whose
-placeholders are filled from configuration. Every field here is hashed into
-the effective rules version (rules.py), so a profile change is a new version.
+placeholders are filled from configuration. What a profile decides reaches
+the helper's plan, and the plan is what the effective rules version hashes.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ class JailProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """
 
     name: str
-    #: Namespaces the helper unshares: "user" always; "net" unless the
-    #: profile needs the host network (provider).
+    #: Namespaces the helper unshares: "user" always (a plan without it is
+    #: refused); "net" unless the profile needs the host network (provider).
     namespaces: tuple[str, ...]
     read_exec: tuple[str, ...]
     read_only: tuple[str, ...]
@@ -51,9 +51,6 @@ class JailProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     #: The only environment variable names a jailed process gets (plus
     #: PYTHONPATH when the runner has import paths).
     environment: tuple[str, ...]
-    #: How the process limit is enforced: "auto" is RLIMIT_NPROC as non-root,
-    #: a per-run pids cgroup as root (where RLIMIT_NPROC does not apply).
-    process_limit: Literal["auto"]
 
 
 DEFAULT_PROFILE: Final = JailProfile(
@@ -68,7 +65,6 @@ DEFAULT_PROFILE: Final = JailProfile(
     provider_hosts=(),
     seccomp=seccomp.DEFAULT_POLICY,
     environment=("HOME", "LANG", "PATH", "TMPDIR"),
-    process_limit="auto",
 )
 
 

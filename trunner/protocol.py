@@ -10,6 +10,7 @@ is sliced, so a hostile header never makes the parent allocate.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -23,7 +24,12 @@ HEADER_BYTES: Final = 4
 MAX_FRAME_BYTES: Final = 2**32 - 1
 
 _ENCODER = msgspec.msgpack.Encoder()
-_ANY_DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder()
+
+
+@functools.lru_cache(maxsize=256)
+def _decoder(response_type: Any) -> msgspec.msgpack.Decoder[Any]:
+    """One msgspec Decoder per response type, built once."""
+    return msgspec.msgpack.Decoder(response_type)
 
 
 def encode_frame(obj: object) -> bytes:
@@ -92,9 +98,7 @@ def decode_single_frame(
         )
     body = memoryview(data)[HEADER_BYTES:end]
     try:
-        if response_type is Any:
-            return _ANY_DECODER.decode(body)  # type: ignore[no-any-return]
-        return msgspec.msgpack.decode(body, type=response_type)
+        return _decoder(response_type).decode(body)  # type: ignore[no-any-return]
     except (msgspec.DecodeError, RecursionError) as e:  # ValidationError is a DecodeError
         raise RunnerError(Reason.BAD_FRAME, f"bad frame body: {e}") from None
 
@@ -115,3 +119,18 @@ class ExecResult(msgspec.Struct, tag="exec_result", frozen=True, kw_only=True):
     signal: int | None
     stdout: bytes
     stderr: bytes
+
+
+def _bin_header_bytes(n: int) -> int:
+    return 2 if n < 2**8 else 3 if n < 2**16 else 5
+
+
+def exec_frame_bytes(stdout_max_bytes: int, stderr_max_bytes: int) -> int:
+    """The largest frame an `exec` reply can be: the program's output up to
+    one byte past each cap (how the adapter reports a crossed cap), plus
+    the frame around it. The parent caps the worker's stdout at this, so
+    the caps the caller sets mean the program's own bytes."""
+    empty = len(encode_frame(ExecResult(exit_code=None, signal=-(2**63), stdout=b"",
+                                        stderr=b"")))
+    out, err = stdout_max_bytes + 1, stderr_max_bytes + 1
+    return empty + out + err + _bin_header_bytes(out) + _bin_header_bytes(err) - 4

@@ -1,10 +1,11 @@
 """`Runner`: runs worker modes under the platform jail.
 
-One call to `run()` is one invocation: a fresh 0700 temp dir as the jail,
-the backend's jailed command, one supervised child (nursery_run.py), then a
-verdict: a response only from a child that exited 0 after writing exactly
-one complete frame, otherwise a `RunnerError`. The jail dir and every host
-resource are released on every path, cancellation included.
+One call to `run()` is one invocation (invocation.py): a fresh 0700 temp dir
+as the jail, the backend's jailed command, one supervised child
+(nursery_run.py), then a verdict: a response only from a child that exited
+0 after writing exactly one complete frame, otherwise a `RunnerError`.
+Nothing but a `RunnerError` (or the caller's own cancellation) leaves
+`run()`.
 """
 
 from __future__ import annotations
@@ -13,24 +14,18 @@ import functools
 import importlib.machinery
 import os
 import re
-import shutil
-import signal
-import tempfile
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
 import msgspec
 import trio
 
-from trunner import jail as _jail
+from trunner import invocation
 from trunner.adapters import BUILTIN_MODES
 from trunner.errors import Reason, RunnerError
-from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
+from trunner.jail import JailBackend, platform_backend
 from trunner.limits import Limits
-from trunner.nursery_run import Outcome, supervise
-from trunner.protocol import HEADER_BYTES, ExecRequest, ExecResult, decode_single_frame, encode_frame
-from trunner.spawn import Child, spawn
+from trunner.protocol import ExecRequest, ExecResult, encode_frame, exec_frame_bytes
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
@@ -38,8 +33,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: Most stderr bytes quoted in a `RunnerError.detail`.
-STDERR_EXCERPT_BYTES: Final = 2000
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -79,30 +72,35 @@ class Runner:
         temp_root: str | None = None,
         worker: str | None = None,
         provider: Mapping[str, Any] | None = None,
-        _backend_options: dict[str, Any] | None = None,
+        backend: JailBackend | None = None,
     ) -> None:
         self.limits = limits if limits is not None else Limits()
         if not isinstance(self.limits, Limits):
             raise TypeError("limits must be a trunner.Limits")
-        self.import_paths = tuple(os.path.abspath(p) for p in import_paths)
-        for path in self.import_paths:
-            if not os.path.isdir(path):
-                raise ValueError(f"import path {path!r} is not a directory")
         self.temp_root = temp_root
-        self.worker = worker if worker is not None else locate_worker()
-        options = dict(_backend_options or {})
-        if provider is not None:
-            from trunner.profile import provider_profile
+        if backend is not None:
+            if import_paths or worker is not None or provider is not None:
+                raise ValueError("pass import_paths, worker and provider to the backend")
+            self._backend = backend
+            self.worker = backend.worker
+            self.import_paths = tuple(backend.import_paths)
+        else:
+            self.import_paths = tuple(os.path.abspath(p) for p in import_paths)
+            for path in self.import_paths:
+                if not os.path.isdir(path):
+                    raise ValueError(f"import path {path!r} is not a directory")
+            self.worker = worker if worker is not None else locate_worker()
+            options: dict[str, Any] = {"import_paths": self.import_paths}
+            if provider is not None:
+                from trunner.profile import provider_profile
 
-            options["profile"] = provider_profile(provider)
-        self._backend = _jail.platform_backend(
-            self.worker, import_paths=self.import_paths, **options
-        )
+                options["profile"] = provider_profile(provider)
+            self._backend = platform_backend(self.worker, **options)
         self._backend.check()
         self._versions: dict[Limits, str] = {}
 
     @property
-    def backend(self) -> _jail.JailBackend:
+    def backend(self) -> JailBackend:
         return self._backend
 
     def rules_version(self, limits: Limits | None = None) -> str:
@@ -137,97 +135,78 @@ class Runner:
             " point in group 'trunner.modes', not a 'package.module:function' spec",
         )
 
+    @overload
+    async def run(
+        self, mode: str, request: object = None, *, limits: Limits | None = None
+    ) -> Result[Any]: ...
+
+    @overload
+    async def run(
+        self, mode: str, request: object = None, *, limits: Limits | None = None,
+        response_type: type[T],
+    ) -> Result[T]: ...
+
     async def run(
         self,
         mode: str,
         request: object = None,
         *,
         limits: Limits | None = None,
-        response_type: type[T] | Any = Any,
-    ) -> Result[T]:
-        """Run `mode` on `request` in a fresh jail and return its response.
+        response_type: Any = Any,
+    ) -> Result[Any]:
+        """Run `mode` on `request` in a fresh jail and return its response,
+        validated as `response_type`.
 
         Raises:
             RunnerError: with any `Reason`; never with a partial result.
         """
-        await trio.lowlevel.checkpoint_if_cancelled()  # nothing starts in a cancelled scope
-        limits = self.limits if limits is None else limits
-        if not isinstance(limits, Limits):
-            raise TypeError("limits must be a trunner.Limits")
-        adapter_argv = (self.worker, self.resolve_mode(mode))
-        frame = encode_frame(request)
-        rules_version = self.rules_version(limits)
-        outcome = await self._invoke(adapter_argv, frame, limits)
-        return Result(judge(outcome, limits, response_type), rules_version)
+        limits = self._limits(limits)
+        return await self._run((self.worker, self.resolve_mode(mode)), request, limits,
+                               invocation.Caps.of(limits), response_type)
 
     async def exec(
         self, argv: Sequence[str], *, stdin: bytes = b"", limits: Limits | None = None
     ) -> Result[ExecResult]:
-        """Run a program inside the jail (`exec` mode)."""
-        limits = self.limits if limits is None else limits
+        """Run a program inside the jail (`exec` mode). The caps mean the
+        program's own bytes: the frame around them is allowed for."""
+        limits = self._limits(limits)
         request = ExecRequest(
             argv=list(argv),
             stdin=stdin,
             stdout_max_bytes=limits.stdout_max_bytes,
             stderr_max_bytes=limits.stderr_max_bytes,
         )
-        return await self.run("exec", request, limits=limits, response_type=ExecResult)
+        caps = invocation.Caps(limits.wall_time_s, exec_frame_bytes(limits.stdout_max_bytes,
+                               limits.stderr_max_bytes), limits.stderr_max_bytes)
+        result: Result[ExecResult] = await self._run(
+            (self.worker, "exec"), request, limits, caps, ExecResult)
+        check_exec_caps(result.response, limits)
+        return result
 
-    async def _invoke(self, adapter_argv: Sequence[str], frame: bytes, limits: Limits) -> Outcome:
-        deadline = trio.current_time() + limits.wall_time_s  # set at spawn
-        return await self._serve(await self._start(adapter_argv, limits), frame, limits, deadline)
+    def _limits(self, limits: Limits | None) -> Limits:
+        limits = self.limits if limits is None else limits
+        if not isinstance(limits, Limits):
+            raise TypeError("limits must be a trunner.Limits")
+        return limits
 
-    async def _start(self, adapter_argv: Sequence[str], limits: Limits) -> Started:
-        """Make a jail dir and a jail, and spawn the helper into them."""
+    async def _run(
+        self, adapter_argv: tuple[str, ...], request: object, limits: Limits,
+        caps: invocation.Caps, response_type: Any,
+    ) -> Result[Any]:
+        await trio.lowlevel.checkpoint_if_cancelled()  # nothing starts in a cancelled scope
         try:
-            jail_dir = tempfile.mkdtemp(prefix="trunner-", dir=self.temp_root)
-        except OSError as e:
-            raise RunnerError(
-                Reason.SPAWN_FAILED, f"cannot make the jail dir: {e.strerror} (errno {e.errno})"
-            ) from None
-        try:
-            jail = self._backend.open_jail(
-                jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits
-            )
-            try:
-                return Started(jail_dir, jail, await spawn(jail.command))
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await jail.release()
-                raise
-        except BaseException:
-            remove_tree(jail_dir)
+            frame = encode_frame(request)
+            rules_version = self.rules_version(limits)
+            started = await invocation.start(self._backend, adapter_argv, limits,
+                                             self.temp_root)
+            outcome = await invocation.serve(started, frame, caps)
+            response = invocation.judge(outcome, self._backend, caps.stdout_max_bytes,
+                                        response_type)
+        except (RunnerError, trio.Cancelled):
             raise
-
-    async def _serve(
-        self, started: Started, frame: bytes, limits: Limits, deadline: float
-    ) -> Outcome:
-        """Supervise a started child to its end, then free its jail."""
-        try:
-            return await supervise(
-                started.child,
-                frame,
-                deadline=deadline,
-                stdout_max_bytes=limits.stdout_max_bytes,
-                stderr_max_bytes=limits.stderr_max_bytes,
-            )
-        finally:
-            with trio.CancelScope(shield=True):
-                await started.jail.release()
-            remove_tree(started.jail_dir)
-
-    async def _discard(self, started: Started) -> None:
-        """End a started child that will serve nothing (an idle pooled worker)."""
-        with trio.CancelScope(shield=True):
-            child = started.child
-            try:
-                child.kill_group()
-                await child.wait_exit()
-                child.reap()
-                await child.aclose_streams()
-                await started.jail.release()
-            finally:
-                remove_tree(started.jail_dir)
+        except Exception as e:  # noqa: BLE001 - the contract: only RunnerError leaves
+            raise RunnerError(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}") from e
+        return Result(response, rules_version)
 
     def pool(
         self, mode: str, *, size: int = 2, limits: Limits | None = None, idle_s: float = 60.0
@@ -247,90 +226,14 @@ class Runner:
         return WorkerPool(self, self.resolve_mode(mode), size=size, limits=limits, idle_s=idle_s)
 
 
-@dataclass(eq=False)
-class Started:
-    """A spawned child in its jail, not yet given its request."""
-
-    jail_dir: str
-    jail: _jail.Jail
-    child: Child
-
-
-def judge(outcome: Outcome, limits: Limits, response_type: Any = Any) -> Any:
-    """The verdict on one finished invocation: its response, or the error."""
-    if outcome.failure is not None:
-        raise RunnerError(outcome.failure, outcome.detail, **_status(outcome.exit_code))
-    code = outcome.exit_code
-    assert code is not None
-    excerpt = outcome.stderr[-STDERR_EXCERPT_BYTES:].decode(errors="replace").strip()
-    # The helper's refusal is the last thing it writes before it exits.
-    last_line = excerpt.splitlines()[-1] if excerpt else ""
-    if code in (SANDBOX_SETUP_EXIT, PROCESS_COUNT_EXIT) and last_line.startswith(
-        "trunner-helper:"
-    ):
-        reason = Reason.SANDBOX_SETUP if code == SANDBOX_SETUP_EXIT else Reason.PROCESS_COUNT
-        raise RunnerError(reason, last_line.removeprefix("trunner-helper: "), exit_status=code)
-    if code < 0:
-        sig = -code
-        if sig == signal.SIGSYS:
-            raise RunnerError(Reason.SYSCALL_DENIED, _denied_detail(outcome.pid, outcome.started_us), signal=sig)
-        raise RunnerError(
-            Reason.KILLED_BY_SIGNAL, f"killed by {signal.Signals(sig).name}; stderr: {excerpt}",
-            signal=sig,
-        )
-    if code != 0:
-        raise RunnerError(
-            Reason.NONZERO_EXIT, f"exited {code}; stderr: {excerpt}", exit_status=code
-        )
-    return decode_single_frame(
-        outcome.stdout, response_type,
-        max_body_bytes=max(limits.stdout_max_bytes - HEADER_BYTES, 0),
-    )
-
-
-def _denied_detail(pid: int, since_us: int) -> str:
-    from trunner.linux import backend as linux, seccomp
-
-    nr = linux.denied_syscall(pid, since_us)
-    if nr is None:
-        return "killed by SIGSYS: a syscall outside the allow-list (number not logged)"
-    return f"killed by SIGSYS: syscall {nr} ({seccomp.syscall_name(nr) or '?'}) is not allowed"
-
-
-def _status(code: int | None) -> dict[str, int | None]:
-    if code is None:
-        return {}
-    return {"signal": -code} if code < 0 else {"exit_status": code}
-
-
-def remove_tree(path: str) -> bool:
-    """Remove a jail dir whatever the child did to its modes. Best effort:
-    it runs on failure paths too, where the first error is the one to raise;
-    returns whether the dir is gone."""
-    try:
-        os.rmdir(path)  # the common failure case, empty: needs no fd
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        pass
-    try:
-        shutil.rmtree(path)
-        return True
-    except OSError:
-        pass
-    # A child may have removed write or search bits inside its jail.
-    for root, dirs, _ in os.walk(path):
-        for name in dirs:
-            try:
-                os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
-            except OSError:
-                pass
-    try:
-        shutil.rmtree(path)
-    except OSError:
-        return False
-    return True
+def check_exec_caps(response: ExecResult, limits: Limits) -> None:
+    """The exec adapter returns one byte past a cap it saw crossed."""
+    if len(response.stdout) > limits.stdout_max_bytes:
+        raise RunnerError(Reason.STDOUT_CAP,
+                          f"the program's stdout went over its cap of {limits.stdout_max_bytes} bytes")
+    if len(response.stderr) > limits.stderr_max_bytes:
+        raise RunnerError(Reason.STDERR_CAP,
+                          f"the program's stderr went over its cap of {limits.stderr_max_bytes} bytes")
 
 
 @functools.cache

@@ -5,6 +5,8 @@ signal armed in the child (it follows the forking *thread*) fires only when
 the process dies; trio's own spawn forks from a worker thread it retires
 after idling. The parent keeps a pidfd so it can wait for exit without
 reaping, kill the group while the leader's pid is still held, then reap.
+Besides stdio, the child gets the write end of a report pipe; its number is
+appended to argv's helper stage by the backend's command (`{report_fd}`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class Child:
     stdin: trio.lowlevel.FdStream
     stdout: trio.lowlevel.FdStream
     stderr: trio.lowlevel.FdStream
+    #: Read end of the helper's report pipe (non-blocking).
+    report: int
     _popen: subprocess.Popen[bytes]
     wait_status: int | None = None
 
@@ -68,6 +72,19 @@ class Child:
             self._popen.returncode = os.waitstatus_to_exitcode(status)
             os.close(self.pidfd)
         return self.wait_status
+
+    def read_report(self) -> str | None:
+        """After `reap()`: the helper's refusal, or None if it exec'd the
+        adapter (the pipe reached EOF with nothing in it). Closes the pipe."""
+        data = b""
+        try:
+            while chunk := os.read(self.report, 4096):
+                data += chunk
+        except BlockingIOError:
+            pass  # a writer is left (impossible once reaped): no report
+        finally:
+            os.close(self.report)
+        return data.decode(errors="replace") if data else None
 
     async def aclose_streams(self) -> None:
         for stream in (self.stdin, self.stdout, self.stderr):
@@ -104,31 +121,37 @@ def _spawn_thread() -> _SpawnThread:
         return _spawner
 
 
-def _popen(cmd: Command) -> tuple[subprocess.Popen[bytes], int, tuple[int, int, int]]:
+_Fds = tuple[int, int, int, int]
+
+
+def _popen(cmd: Command) -> tuple[subprocess.Popen[bytes], int, _Fds]:
     fds: list[int] = []
     try:
-        for _ in range(3):
+        for _ in range(4):
             fds.extend(os.pipe2(os.O_CLOEXEC))
-        in_r, in_w, out_r, out_w, err_r, err_w = fds
+        in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w = fds
+        os.set_blocking(rep_r, False)
         try:
             fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:
             pass  # above /proc/sys/fs/pipe-max-size for this user: keep the default
+        argv = [arg.replace("{report_fd}", str(rep_w)) for arg in cmd.argv]
         popen = subprocess.Popen(
-            list(cmd.argv),
+            argv,
             stdin=in_r,
             stdout=out_w,
             stderr=err_w,
             cwd=cmd.cwd,
             env=dict(cmd.env),
             close_fds=True,
+            pass_fds=(rep_w,),
             start_new_session=True,
         )
     except BaseException:
         for fd in fds:
             os.close(fd)
         raise
-    for fd in (in_r, out_w, err_w):
+    for fd in (in_r, out_w, err_w, rep_w):
         os.close(fd)
     try:
         watchdog.watch(popen.pid, cmd.cgroup)
@@ -137,10 +160,10 @@ def _popen(cmd: Command) -> tuple[subprocess.Popen[bytes], int, tuple[int, int, 
         watchdog.unwatch(popen.pid)
         os.killpg(popen.pid, signal.SIGKILL)
         popen.wait()
-        for fd in (in_w, out_r, err_r):
+        for fd in (in_w, out_r, err_r, rep_r):
             os.close(fd)
         raise
-    return popen, pidfd, (in_w, out_r, err_r)
+    return popen, pidfd, (in_w, out_r, err_r, rep_r)
 
 
 async def spawn(cmd: Command) -> Child:
@@ -151,7 +174,7 @@ async def spawn(cmd: Command) -> Child:
     """
     token = trio.lowlevel.current_trio_token()
     done = trio.Event()
-    box: list[outcome.Outcome[tuple[subprocess.Popen[bytes], int, tuple[int, int, int]]]] = []
+    box: list[outcome.Outcome[tuple[subprocess.Popen[bytes], int, _Fds]]] = []
 
     def finish(result: object) -> None:
         box.append(result)  # type: ignore[arg-type]
@@ -163,7 +186,7 @@ async def spawn(cmd: Command) -> Child:
     with trio.CancelScope(shield=True):
         await done.wait()
     try:
-        popen, pidfd, (in_w, out_r, err_r) = box[0].unwrap()
+        popen, pidfd, (in_w, out_r, err_r, rep_r) = box[0].unwrap()
     except OSError as e:
         raise RunnerError(
             Reason.SPAWN_FAILED, f"cannot start {cmd.argv[0]}: {e.strerror} (errno {e.errno})"
@@ -175,5 +198,6 @@ async def spawn(cmd: Command) -> Child:
         stdin=trio.lowlevel.FdStream(in_w),
         stdout=trio.lowlevel.FdStream(out_r),
         stderr=trio.lowlevel.FdStream(err_r),
+        report=rep_r,
         _popen=popen,
     )

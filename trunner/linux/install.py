@@ -160,9 +160,10 @@ def restrict_filesystem(
     /bin -> usr/bin covers its target."""
     kernel = landlock_abi()
     if kernel < abi:
-        raise OSError(95, f"kernel Landlock ABI is {kernel}, the ruleset needs {abi}", "landlock")
+        raise OSError(95, f"kernel Landlock ABI is {kernel}, the ruleset needs ABI {abi}",
+                      "landlock")
     if not has_no_new_privs():
-        raise OSError(1, "NO_NEW_PRIVS is not set", "landlock_restrict_self")
+        raise OSError(1, "PR_SET_NO_NEW_PRIVS is not set", "landlock_restrict_self")
     attr = _RulesetAttr(fs, net, scoped)
     size = 8 if abi < 4 else 16 if abi < 6 else 24
     ruleset = _syscall("landlock_create_ruleset", ctypes.addressof(attr), size, 0)
@@ -208,7 +209,7 @@ def install_seccomp(bpf: bytes) -> None:
     if rest or not 0 < count <= _BPF_MAXINSNS:
         raise OSError(22, f"not a BPF program ({len(bpf)} bytes)", "seccomp")
     if not has_no_new_privs():
-        raise OSError(1, "NO_NEW_PRIVS is not set", "seccomp")
+        raise OSError(1, "PR_SET_NO_NEW_PRIVS is not set", "seccomp")
     insns = ctypes.create_string_buffer(bpf, len(bpf))
     prog = _SockFprog(count, ctypes.addressof(insns))
     ulong = ctypes.c_ulong

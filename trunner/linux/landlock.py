@@ -1,22 +1,14 @@
-"""Landlock layer of the trunner jail: access masks, ruleset planning, argv encoding, syscalls.
+"""Parent side: Landlock access masks and the ruleset plan, as data.
 
-The pure half (masks, `plan_ruleset`, `encode_ruleset`/`decode_ruleset`) runs in the parent;
-the syscall half (`abi_version`, `restrict_self`) runs in the single-threaded helper process
-right before it execve()s the adapter.  The helper imports this module, so the only
-module-level imports are `os`, `ctypes`, `errno` and `sys` (typing only under TYPE_CHECKING):
-`typing` alone would cost ~10 ms there, which is also why `Ruleset` is a hand-made tuple
-(and `from __future__ import annotations`, 0.2 ms, is replaced by a few quoted annotations).
+Pure: the masks each ABI handles, and `plan_ruleset`, which turns path
+groups into a `LandlockRuleset` (a frozen msgspec Struct) that handles every
+right the ABI knows, so anything not granted is denied. The helper applies
+it through `trunner.linux.install.restrict_filesystem`, with ints only.
 """
 
-import ctypes
-import errno
-import os
-import sys
+from collections.abc import Iterable
 
-TYPE_CHECKING = False  # mypy/pyright treat any variable with this name as True
-if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import NamedTuple
+import msgspec
 
 # What Landlock (ABI <= 7) does NOT stop, verified on Linux 6.18: chmod/chown/utime/
 # setxattr and stat/chdir/readlink on paths outside the rules (as uid 0, even with no
@@ -25,44 +17,6 @@ if TYPE_CHECKING:
 # auto-bound port (no bind() call to deny).  Other layers (netns, a non-root uid,
 # seccomp) must cover those.
 
-__all__ = [
-    "ACCESS_FS_EXECUTE",
-    "ACCESS_FS_WRITE_FILE",
-    "ACCESS_FS_READ_FILE",
-    "ACCESS_FS_READ_DIR",
-    "ACCESS_FS_REMOVE_DIR",
-    "ACCESS_FS_REMOVE_FILE",
-    "ACCESS_FS_MAKE_CHAR",
-    "ACCESS_FS_MAKE_DIR",
-    "ACCESS_FS_MAKE_REG",
-    "ACCESS_FS_MAKE_SOCK",
-    "ACCESS_FS_MAKE_FIFO",
-    "ACCESS_FS_MAKE_BLOCK",
-    "ACCESS_FS_MAKE_SYM",
-    "ACCESS_FS_REFER",
-    "ACCESS_FS_TRUNCATE",
-    "ACCESS_FS_IOCTL_DEV",
-    "ACCESS_FS_FILE",
-    "ACCESS_NET_BIND_TCP",
-    "ACCESS_NET_CONNECT_TCP",
-    "SCOPE_ABSTRACT_UNIX_SOCKET",
-    "SCOPE_SIGNAL",
-    "MIN_ABI",
-    "KNOWN_ABI",
-    "Ruleset",
-    "fs_access_for_abi",
-    "net_access_for_abi",
-    "scope_for_abi",
-    "ro_access",
-    "rx_access",
-    "rw_access",
-    "path_rule_access",
-    "plan_ruleset",
-    "encode_ruleset",
-    "decode_ruleset",
-    "abi_version",
-    "restrict_self",
-]
 
 # ---------------------------------------------------------------------------
 # Constants (include/uapi/linux/landlock.h)
@@ -116,20 +70,6 @@ ACCESS_FS_FILE = (
 # the same uid, including the trunner parent and other workers.
 MIN_ABI = 6
 KNOWN_ABI = 7
-
-_CREATE_RULESET_VERSION = 1 << 0
-_RULE_PATH_BENEATH = 1
-_RULE_NET_PORT = 2
-
-# Syscall numbers: x86_64, and every other architecture except alpha (+110).
-_NR_CREATE_RULESET = 444
-_NR_ADD_RULE = 445
-_NR_RESTRICT_SELF = 446
-
-_PR_GET_NO_NEW_PRIVS = 39
-
-_S_IFMT = 0o170000
-_S_IFDIR = 0o040000
 
 _FS_BY_ABI = (
     0,  # ABI 0: no Landlock
@@ -201,67 +141,25 @@ def path_rule_access(access: int, *, is_dir: bool) -> int:
     return access if is_dir else access & ACCESS_FS_FILE
 
 
-_FIELDS = ("abi", "handled_fs", "handled_net", "scoped", "path_rules", "port_rules")
+class LandlockRuleset(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the helper enforces: the rights handled at `abi`, and the rights
+    granted beneath each path and on each TCP port."""
 
-if TYPE_CHECKING:
+    abi: int
+    handled_fs: int
+    handled_net: int
+    scoped: int
+    path_rules: tuple[tuple[str, int], ...]
+    port_rules: tuple[tuple[int, int], ...]
 
-    class Ruleset(NamedTuple):
-        abi: int
-        handled_fs: int
-        handled_net: int
-        scoped: int
-        path_rules: tuple[tuple[str, int], ...]
-        port_rules: tuple[tuple[int, int], ...]
-
-else:
-
-    class Ruleset(tuple):
-        """Landlock ruleset plan: abi, handled_fs, handled_net, scoped,
-        path_rules ((path, access), ...), port_rules ((port, access), ...).
-
-        Behaves like typing.NamedTuple('Ruleset', ...) (fields, keyword construction,
-        _replace, _asdict, _make, pickling) without importing typing/collections.
-        """
-
-        __slots__ = ()
-        _fields = _FIELDS
-        _field_defaults: dict = {}
-        __match_args__ = _FIELDS
-
-        def __new__(cls, abi, handled_fs, handled_net, scoped, path_rules, port_rules):
-            return tuple.__new__(
-                cls, (abi, handled_fs, handled_net, scoped, path_rules, port_rules)
-            )
-
-        @classmethod
-        def _make(cls, iterable):
-            t = tuple(iterable)
-            if len(t) != 6:
-                raise TypeError(f"Expected 6 arguments, got {len(t)}")
-            return tuple.__new__(cls, t)
-
-        def _replace(self, **kwargs):
-            result = self._make(kwargs.pop(name, value) for name, value in zip(_FIELDS, self))
-            if kwargs:
-                raise ValueError(f"Got unexpected field names: {list(kwargs)!r}")
-            return result
-
-        def _asdict(self):
-            return dict(zip(_FIELDS, self))
-
-        def __getnewargs__(self):
-            return tuple(self)
-
-        def __repr__(self):
-            inner = ", ".join(f"{n}={v!r}" for n, v in zip(_FIELDS, self))
-            return f"Ruleset({inner})"
-
-    def _field(i: int) -> property:
-        return property(lambda self: tuple.__getitem__(self, i), doc=f"Alias for field {i}")
-
-    for _i, _name in enumerate(_FIELDS):
-        setattr(Ruleset, _name, _field(_i))
-    del _i, _name, _field
+    def install_args(self) -> tuple[int, int, int, int, list[tuple[str, int, int]],
+                                    list[tuple[int, int]]]:
+        """The arguments of `install.restrict_filesystem`: each path with its
+        rights on a directory and on a file (the kernel refuses dir-only
+        rights on a file)."""
+        paths = [(p, a, path_rule_access(a, is_dir=False)) for p, a in self.path_rules]
+        return (self.abi, self.handled_fs, self.handled_net, self.scoped, paths,
+                list(self.port_rules))
 
 
 def _check_path(path: object, *, absolute: bool) -> str:
@@ -283,19 +181,17 @@ def _check_port(port: object) -> int:
 def plan_ruleset(
     abi: int,
     *,
-    read_exec: "Iterable[str]",
-    read_only: "Iterable[str]",
-    read_write: "Iterable[str]",
-    connect_tcp_ports: "Iterable[int]" = (),
+    read_exec: Iterable[str],
+    read_only: Iterable[str],
+    read_write: Iterable[str],
+    connect_tcp_ports: Iterable[int] = (),
     min_abi: int = MIN_ABI,
-) -> Ruleset:
+) -> LandlockRuleset:
     """Plan a ruleset handling every right `abi` knows, so anything not granted is denied.
 
     `abi` is normally `abi_version()` of the target kernel; values above KNOWN_ABI are
     planned as KNOWN_ABI (we cannot handle rights we do not know).  Raises ValueError if
-    `abi < min_abi`.  Paths are kept as given (the caller resolves them; a placeholder
-    such as "<jail>" may be planned for hashing, but encode_ruleset/restrict_self only
-    accept absolute paths); a path listed in several groups gets the union of rights.
+    `abi < min_abi`.  Paths are kept as given (the caller resolves them); a path listed in several groups gets the union of rights.
     From ABI 4 on, TCP bind() and connect() are handled: bind is always denied, connect
     only allowed to `connect_tcp_ports`.  Below ABI 4 the network is not restricted at all and
     `connect_tcp_ports` is moot (dropped).  From ABI 6 on, abstract unix sockets and
@@ -323,231 +219,11 @@ def plan_ruleset(
     port_rules = (
         tuple((p, ACCESS_NET_CONNECT_TCP) for p in sorted(ports)) if handled_net else ()
     )
-    return Ruleset(
-        abi,
-        fs_access_for_abi(abi),
-        handled_net,
-        scope_for_abi(abi),
-        tuple(sorted(masks.items())),
-        port_rules,
+    return LandlockRuleset(
+        abi=abi,
+        handled_fs=fs_access_for_abi(abi),
+        handled_net=handled_net,
+        scoped=scope_for_abi(abi),
+        path_rules=tuple(sorted(masks.items())),
+        port_rules=port_rules,
     )
-
-
-def _validate(r: Ruleset) -> Ruleset:
-    """Raise ValueError unless `r` is something the kernel of ABI r.abi would accept."""
-    if not isinstance(r, tuple) or len(r) != 6:
-        raise ValueError(f"not a Ruleset: {r!r}")
-    abi, fs, net, scoped, path_rules, port_rules = r
-    _check_abi(abi)
-    for name, value, allowed in (
-        ("handled_fs", fs, fs_access_for_abi(abi)),
-        ("handled_net", net, net_access_for_abi(abi)),
-        ("scoped", scoped, scope_for_abi(abi)),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"invalid {name} {value!r}")
-        if value & ~allowed:
-            raise ValueError(f"{name} {value:#x} has bits unknown to ABI {abi}")
-    if not fs:
-        raise ValueError("handled_fs is empty")
-    for rule in path_rules:
-        path, access = rule
-        _check_path(path, absolute=True)
-        if isinstance(access, bool) or not isinstance(access, int) or access <= 0:
-            raise ValueError(f"invalid access {access!r} for {path!r}")
-        if access & ~fs:
-            raise ValueError(f"access {access:#x} for {path!r} is not within handled_fs")
-    for port_rule in port_rules:
-        port, access = port_rule
-        _check_port(port)
-        if isinstance(access, bool) or not isinstance(access, int) or access <= 0:
-            raise ValueError(f"invalid access {access!r} for port {port}")
-        if access & ~net:
-            raise ValueError(f"access {access:#x} for port {port} is not within handled_net")
-    return r
-
-
-def encode_ruleset(r: Ruleset) -> list[str]:
-    """Encode `r` as argv items for the helper (see decode_ruleset for the format)."""
-    _validate(r)
-    count = len(r.path_rules) + len(r.port_rules)
-    out = [f"h:{r.abi}:{r.handled_fs}:{r.handled_net}:{r.scoped}:{count}"]
-    out.extend(f"p:{access}:{path}" for path, access in r.path_rules)
-    out.extend(f"n:{access}:{port}" for port, access in r.port_rules)
-    return out
-
-
-def _uint(text: str, what: str) -> int:
-    # Strict: int() would also accept "+1", " 1", "1_0" and non-ASCII digits.
-    if not (text.isascii() and text.isdigit()) or len(text) > 20:
-        raise ValueError(f"bad {what} in encoded Landlock ruleset: {text!r}")
-    return int(text)
-
-
-def decode_ruleset(args: list[str]) -> Ruleset:
-    """Inverse of encode_ruleset(); raises ValueError on anything malformed.
-
-    Format: one argv item per element, all integers in plain decimal:
-      ``h:<abi>:<handled_fs>:<handled_net>:<scoped>:<n>`` header, first, exactly once;
-      then exactly n items, each ``p:<access>:<path>`` (the path is everything after the
-      second colon, verbatim: it may contain ':', spaces, newlines, anything but NUL,
-      which argv cannot carry anyway) or ``n:<access>:<port>``.
-    """
-    if not args:
-        raise ValueError("empty encoded Landlock ruleset")
-    head = args[0].split(":")
-    if len(head) != 6 or head[0] != "h":
-        raise ValueError(f"bad encoded Landlock ruleset header: {args[0]!r}")
-    abi, fs, net, scoped, count = (_uint(x, "header field") for x in head[1:])
-    if count != len(args) - 1:
-        raise ValueError(
-            f"encoded Landlock ruleset announces {count} rules, has {len(args) - 1}"
-        )
-    path_rules: list[tuple[str, int]] = []
-    port_rules: list[tuple[int, int]] = []
-    for item in args[1:]:
-        parts = item.split(":", 2)
-        if len(parts) != 3:
-            raise ValueError(f"bad encoded Landlock rule: {item!r}")
-        kind, access_text, value = parts
-        access = _uint(access_text, "access")
-        if kind == "p":
-            path_rules.append((value, access))
-        elif kind == "n":
-            port_rules.append((_uint(value, "port"), access))
-        else:
-            raise ValueError(f"bad encoded Landlock rule: {item!r}")
-    return _validate(Ruleset(abi, fs, net, scoped, tuple(path_rules), tuple(port_rules)))
-
-
-# ---------------------------------------------------------------------------
-# Syscall part (runs in the helper)
-# ---------------------------------------------------------------------------
-
-_libc: ctypes.CDLL | None = None
-
-
-def _lib() -> ctypes.CDLL:
-    global _libc
-    if _libc is None:
-        # dlopen(NULL): the libc already mapped into this process; no ctypes.util/ldconfig.
-        lib = ctypes.CDLL(None, use_errno=True)
-        lib.syscall.restype = ctypes.c_long
-        lib.prctl.restype = ctypes.c_int
-        _libc = lib
-    return _libc
-
-
-def _syscall(*args: int) -> int:
-    """syscall(2) returning the raw result; only when it is -1 is ctypes.get_errno() valid."""
-    return int(_lib().syscall(*(ctypes.c_long(a) for a in args)))
-
-
-def _fail(step: str) -> OSError:
-    err = ctypes.get_errno()
-    return OSError(err, f"{step}: {os.strerror(err)}")
-
-
-def abi_version() -> int:
-    """Landlock ABI of the running kernel; 0 if Landlock is not built in or disabled."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    ret = _syscall(_NR_CREATE_RULESET, 0, 0, _CREATE_RULESET_VERSION)
-    if ret >= 0:
-        return ret
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EOPNOTSUPP):
-        return 0
-    raise OSError(err, f"landlock_create_ruleset(VERSION): {os.strerror(err)}")
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [
-        ("handled_access_fs", ctypes.c_uint64),
-        ("handled_access_net", ctypes.c_uint64),
-        ("scoped", ctypes.c_uint64),
-    ]
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1  # __attribute__((packed)): 12 bytes, not 16
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-class _NetPortAttr(ctypes.Structure):
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
-
-
-def _no_new_privs() -> bool:
-    ret = _lib().prctl(
-        ctypes.c_int(_PR_GET_NO_NEW_PRIVS), ctypes.c_ulong(0), ctypes.c_ulong(0),
-        ctypes.c_ulong(0), ctypes.c_ulong(0),
-    )
-    if ret < 0:
-        raise _fail("prctl(PR_GET_NO_NEW_PRIVS)")
-    return bool(ret == 1)
-
-
-def restrict_self(r: Ruleset) -> None:
-    """Enforce `r` on the calling thread (and everything it later execs or forks).
-
-    Preconditions: the process is single-threaded (Landlock restricts only the calling
-    thread; other threads would stay free) and PR_SET_NO_NEW_PRIVS is already set — the
-    kernel only lets CAP_SYS_ADMIN skip that, and we refuse even then (EPERM).  Fails
-    closed: a kernel ABI below r.abi, a missing path or any refused rule raises
-    OSError(errno, "<step>: <detail>") and nothing is enforced; the caller must not run
-    the untrusted work after an error.  Each path is opened with O_PATH, following
-    symlinks, so a rule on a symlink (/bin -> usr/bin) covers its target.
-    """
-    _validate(r)
-    kernel_abi = abi_version()
-    if kernel_abi < r.abi:
-        what = (
-            "Landlock is unavailable" if kernel_abi == 0
-            else f"kernel Landlock ABI is {kernel_abi}"
-        )
-        raise OSError(errno.EOPNOTSUPP, f"landlock: {what}, the ruleset needs ABI {r.abi}")
-    if not _no_new_privs():
-        raise OSError(
-            errno.EPERM,
-            "landlock_restrict_self: PR_SET_NO_NEW_PRIVS is not set "
-            "(call prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) first)",
-        )
-
-    attr = _RulesetAttr(r.handled_fs, r.handled_net, r.scoped)
-    size = 8 if r.abi < 4 else 16 if r.abi < 6 else 24
-    ruleset_fd = _syscall(_NR_CREATE_RULESET, ctypes.addressof(attr), size, 0)
-    if ruleset_fd < 0:
-        raise _fail("landlock_create_ruleset")
-    try:
-        for path, access in r.path_rules:
-            step = f"landlock_add_rule({path})"
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError as e:
-                raise OSError(e.errno, f"{step}: open(O_PATH): {e.strerror}") from None
-            try:
-                is_dir = os.fstat(fd).st_mode & _S_IFMT == _S_IFDIR
-                allowed = path_rule_access(access, is_dir=is_dir)
-                if not allowed:
-                    continue  # e.g. only READ_DIR asked on a file: nothing to grant
-                pb = _PathBeneathAttr(allowed, fd)
-                ret = _syscall(
-                    _NR_ADD_RULE, ruleset_fd, _RULE_PATH_BENEATH, ctypes.addressof(pb), 0
-                )
-                if ret < 0:
-                    raise _fail(step)
-            finally:
-                os.close(fd)
-        for port, access in r.port_rules:
-            np = _NetPortAttr(access, port)
-            if _syscall(_NR_ADD_RULE, ruleset_fd, _RULE_NET_PORT, ctypes.addressof(np), 0) < 0:
-                raise _fail(f"landlock_add_rule(tcp port {port})")
-        if _syscall(_NR_RESTRICT_SELF, ruleset_fd, 0) < 0:
-            raise _fail("landlock_restrict_self")
-    finally:
-        os.close(ruleset_fd)
-
-
-if ctypes.sizeof(_PathBeneathAttr) != 12:  # pragma: no cover
-    raise ImportError("trunner.landlock: unexpected struct layout")

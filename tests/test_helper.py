@@ -1,0 +1,279 @@
+"""The helper's plan: every layer mandatory, every failure closed and reported
+on a channel the adapter cannot write. Real helpers on the real kernel; the
+plans are built by the real backend and then broken on purpose."""
+
+from __future__ import annotations
+
+import dataclasses
+import marshal
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from conftest import child_pids
+from trunner import Limits, Reason, Runner, RunnerError
+from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
+from trunner.jail import HostSupport
+from trunner.linux.backend import LinuxBackend, LinuxJail, probe_host
+from trunner.linux.plan import HelperPlan, encode_plan, plan_jail
+from trunner.profile import DEFAULT_PROFILE
+from trunner.worker import locate_worker
+
+STEPS = ["env", "process_limit", "rlimits", "namespaces", "capabilities", "descriptors",
+         "no_new_privs", "landlock", "parent_death", "seccomp"]
+
+
+class PlanEditing(LinuxBackend):
+    """The real backend, with its helper plan edited before it is encoded."""
+
+    edit: Callable[[HelperPlan], HelperPlan] = staticmethod(lambda plan: plan)  # type: ignore
+
+    def _plan(self, limits: Limits, jail_dir: str, cgroup_dir: str | None) -> Any:
+        return type(self).edit(super()._plan(limits, jail_dir, cgroup_dir))
+
+
+class ArgvEditing(LinuxBackend):
+    """The real backend, with the encoded plan item replaced."""
+
+    item: Callable[[str], str] = staticmethod(lambda item: item)  # type: ignore
+
+    def open_jail(self, **kw: Any) -> LinuxJail:
+        jail = super().open_jail(**kw)
+        argv = list(jail.command.argv)
+        i = argv.index("helper") + 1
+        argv[i] = type(self).item(argv[i])
+        return LinuxJail(dataclasses.replace(jail.command, argv=tuple(argv)), jail.cgroup)
+
+
+def runner_on(jail_root: Path, backend: LinuxBackend) -> Runner:
+    return Runner(temp_root=str(jail_root), backend=backend)
+
+
+async def refusal(runner: Runner) -> RunnerError:
+    with pytest.raises(RunnerError) as info:
+        await runner.run("echo", 1)
+    assert child_pids() == []
+    return info.value
+
+
+@pytest.mark.parametrize("step", STEPS)
+async def test_each_setup_step_fails_closed(jail_root: Path, step: str) -> None:
+    e = await refusal(runner_on(jail_root, LinuxBackend(locate_worker(), fail_at=step)))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.exit_status == SANDBOX_SETUP_EXIT
+    assert e.detail == f"{step}: forced failure (plan fail_at={step})"
+
+
+async def test_process_count_failure_is_its_own_reason(jail_root: Path) -> None:
+    e = await refusal(runner_on(jail_root, LinuxBackend(locate_worker(), fail_at="process_count")))
+    assert e.reason is Reason.PROCESS_COUNT
+    assert e.exit_status == PROCESS_COUNT_EXIT
+
+
+# -- real failures, not the hook -----------------------------------------------
+
+
+def _edited(**changes: Any) -> type[PlanEditing]:
+    return type("Edited", (PlanEditing,), {
+        "edit": staticmethod(lambda plan: msgspec.structs.replace(plan, **changes))})
+
+
+async def test_rlimit_above_the_hard_limit_is_refused(jail_root: Path) -> None:
+    import resource
+
+    backend = _edited(rlimits=((resource.RLIMIT_NOFILE, 64, 32),))(locate_worker())
+    e = await refusal(runner_on(jail_root, backend))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail.startswith(f"rlimits: setrlimit({resource.RLIMIT_NOFILE}, 64, 32)")
+
+
+async def test_rlimit_above_the_kernel_maximum_is_refused(jail_root: Path) -> None:
+    import resource
+
+    nr_open = int(Path("/proc/sys/fs/nr_open").read_text())
+    too_many = nr_open + 1
+    backend = _edited(rlimits=((resource.RLIMIT_NOFILE, too_many, too_many),))(locate_worker())
+    e = await refusal(runner_on(jail_root, backend))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail.startswith(f"rlimits: setrlimit({resource.RLIMIT_NOFILE}, {too_many}")
+
+
+async def test_a_cgroup_that_cannot_be_joined_is_refused(jail_root: Path, tmp_path: Path) -> None:
+    limit = probe_host().process_limit
+    if limit is None or limit.kind != "pids_cgroup":
+        pytest.skip("the process limit here is RLIMIT_NPROC, not a cgroup")
+    missing = str(tmp_path / "no-such-cgroup")
+    backend = _edited(process_limit=("pids_cgroup", missing, 32))(locate_worker())
+    e = await refusal(runner_on(jail_root, backend))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail.startswith(f"process_limit: {missing}/pids.max")
+    assert "errno 2" in e.detail
+
+
+async def test_a_landlock_path_that_vanished_fails_closed(jail_root: Path, tmp_path: Path) -> None:
+    modes = tmp_path / "modes"
+    modes.mkdir()
+    runner = Runner(temp_root=str(jail_root), import_paths=[str(modes)])
+    modes.rmdir()
+    e = await refusal(runner)
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail.startswith(f"landlock: landlock_add_rule({modes})")
+
+
+async def test_an_unknown_process_limit_mechanism_is_refused(jail_root: Path) -> None:
+    backend = _edited(process_limit=("none", "", 0))(locate_worker())
+    e = await refusal(runner_on(jail_root, backend))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail == "process_limit: unknown mechanism 'none'"
+
+
+# -- corrupt plans -----------------------------------------------------------
+
+
+def _argv_edited(fn: Callable[[str], str]) -> LinuxBackend:
+    cls = type("Edited", (ArgvEditing,), {"item": staticmethod(fn)})
+    return cls(locate_worker())
+
+
+def _drop(key: str) -> Callable[[str], str]:
+    def edit(item: str) -> str:
+        plan = marshal.loads(bytes.fromhex(item))
+        del plan[key]
+        return marshal.dumps(plan).hex()
+    return edit
+
+
+@pytest.mark.parametrize("key", ["landlock", "seccomp_bpf", "unshare_flags", "process_limit",
+                                 "rlimits", "parent_pid", "env", "unsafe_skip"])
+async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, key: str) -> None:
+    e = await refusal(runner_on(jail_root, _argv_edited(_drop(key))))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail == f"plan: missing {key}"
+
+
+@pytest.mark.parametrize(("item", "detail"), [
+    ("zz", "plan: not a plan"),
+    ("", "plan: not a plan"),
+    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 2"),
+    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 2"),
+])
+async def test_a_corrupt_plan_fails_closed(jail_root: Path, item: str, detail: str) -> None:
+    e = await refusal(runner_on(jail_root, _argv_edited(lambda _: item)))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail.startswith(detail)
+
+
+async def test_a_wrongly_typed_plan_item_fails_closed(jail_root: Path) -> None:
+    def edit(item: str) -> str:
+        plan = marshal.loads(bytes.fromhex(item))
+        plan["seccomp_bpf"] = 12345
+        return marshal.dumps(plan).hex()
+    e = await refusal(runner_on(jail_root, _argv_edited(edit)))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail.startswith("seccomp: malformed plan item (TypeError")
+
+
+async def test_skipping_is_only_for_named_layers(jail_root: Path) -> None:
+    def edit(item: str) -> str:
+        plan = marshal.loads(bytes.fromhex(item))
+        plan["unsafe_skip"] = ["descriptors"]
+        return marshal.dumps(plan).hex()
+    e = await refusal(runner_on(jail_root, _argv_edited(edit)))
+    assert e.detail == "plan: cannot skip descriptors"
+    with pytest.raises(ValueError, match="cannot skip"):
+        LinuxBackend(locate_worker(), unsafe_skip=("env",)).rules_document(Limits())
+
+
+def test_a_skipped_layer_changes_the_rules_version() -> None:
+    worker = locate_worker()
+    full = Runner(backend=LinuxBackend(worker)).rules_version()
+    skipped = Runner(backend=LinuxBackend(worker, unsafe_skip=("seccomp",))).rules_version()
+    assert full != skipped
+
+
+def test_plan_jail_is_pure_and_names_every_layer() -> None:
+    host = HostSupport(platform="linux", is_root=False, uid=1000, gid=1000, landlock_abi=7,
+                       seccomp_filter=True, user_namespaces=True, network_namespaces=True,
+                       process_limit=probe_host().process_limit)
+    limits = Limits(processes=5, open_files=99)
+    a = plan_jail(limits, host, DEFAULT_PROFILE, "/j", parent_pid=42, cgroup="/cg")
+    assert a == plan_jail(limits, host, DEFAULT_PROFILE, "/j", parent_pid=42, cgroup="/cg")
+    assert a.unshare_flags == 0x10000000 | 0x40000000
+    assert (a.uid, a.gid, a.parent_pid) == (1000, 1000, 42)
+    assert dict(a.landlock.path_rules)["/j"] & 0b10  # the jail dir is writable
+    assert a.unsafe_skip == () and a.fail_at == ""
+    import resource
+
+    assert (resource.RLIMIT_NOFILE, 99, 99) in a.rlimits
+    assert (resource.RLIMIT_CORE, 0, 0) in a.rlimits
+    assert marshal.loads(bytes.fromhex(encode_plan(a)))["seccomp_bpf"] == a.seccomp_bpf
+    no_user = msgspec.structs.replace(DEFAULT_PROFILE, namespaces=("net",))
+    with pytest.raises(ValueError, match="user namespace"):
+        plan_jail(limits, host, no_user, "/j")
+
+
+# -- the report channel ----------------------------------------------------------
+
+
+async def test_a_forged_refusal_is_an_ordinary_exit(runner: Runner) -> None:
+    code = ("import os, sys; sys.stderr.write('trunner-helper: env: forged\\n');"
+            " sys.stderr.flush(); os._exit(121)")
+    with pytest.raises(RunnerError) as info:
+        await runner.run("children:run_code", code)
+    assert info.value.reason is Reason.NONZERO_EXIT
+    assert info.value.exit_status == SANDBOX_SETUP_EXIT
+    assert "forged" in info.value.detail  # quoted from stderr, not believed
+
+
+async def test_the_adapter_does_not_hold_the_report_pipe(runner: Runner) -> None:
+    code = ("import os, stat\nresult = []\nfor fd in range(64):\n    try:\n"
+            "        if stat.S_ISFIFO(os.fstat(fd).st_mode): result.append(fd)\n"
+            "    except OSError: pass\n")
+    assert (await runner.run("children:run_code", code)).response == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("sig", "name"), [(40, "SIGRTMIN+6"), (signal.SIGUSR1, "SIGUSR1")])
+async def test_every_signal_death_is_killed_by_signal(runner: Runner, sig: int, name: str) -> None:
+    with pytest.raises(RunnerError) as info:
+        await runner.run("children:frame_then_signal", sig)
+    assert info.value.reason is Reason.KILLED_BY_SIGNAL
+    assert info.value.signal == sig
+    assert info.value.detail.startswith(f"killed by {name}")
+
+
+# -- the probe only reads ----------------------------------------------------------------
+
+
+def test_the_probe_changes_nothing_on_the_host() -> None:
+    """`trunner doctor`'s probe, under an audit hook that records every open
+    for writing, mkdir, rmdir and rename the process makes."""
+    code = (
+        "import sys\n"
+        "seen = []\n"
+        "def hook(event, args):\n"
+        "    if event == 'open' and args[0] == '/dev/null':\n"
+        "        return\n"
+        "    if event == 'open' and args[1] is not None and any(c in str(args[1]) for c in 'wax+'):\n"
+        "        seen.append((event, args[0]))\n"
+        "    elif event == 'open' and isinstance(args[2], int) and args[2] & 3:\n"
+        "        seen.append((event, args[0]))\n"
+        "    elif event in ('os.mkdir', 'os.rmdir', 'os.rename', 'os.remove', 'os.chmod'):\n"
+        "        seen.append((event, args[0]))\n"
+        "sys.addaudithook(hook)\n"
+        "from trunner.linux.backend import probe_host\n"
+        "host = probe_host()\n"
+        "print(host.can_run, seen)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd="/")
+    assert out.returncode == 0, out.stderr
+    # /dev/null: subprocess's stdio for the ldconfig run pyseccomp does.
+    assert out.stdout.strip() == "True []", out.stdout
+

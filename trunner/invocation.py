@@ -1,0 +1,174 @@
+"""One invocation, in four steps that `Runner` and the pool share.
+
+`start` makes a fresh 0700 jail dir and the backend's jail and spawns the
+helper into them; `serve` supervises the started child to its end
+(nursery_run.py) and frees the jail; `discard` ends a started child that
+will serve nothing; `judge` turns the outcome into a response or a
+`RunnerError`. The jail dir and every host resource are released on every
+path, cancellation included.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Final
+
+import trio
+
+from trunner.errors import Reason, RunnerError
+from trunner.helper import PROCESS_COUNT_EXIT
+from trunner.jail import Jail, JailBackend
+from trunner.limits import Limits
+from trunner.nursery_run import Outcome, supervise
+from trunner.protocol import HEADER_BYTES, decode_single_frame
+from trunner.spawn import Child, spawn
+
+#: Most stderr bytes quoted in a `RunnerError.detail`.
+STDERR_EXCERPT_BYTES: Final = 2000
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What the parent enforces for one run."""
+
+    wall_time_s: float
+    stdout_max_bytes: int
+    stderr_max_bytes: int
+
+    @classmethod
+    def of(cls, limits: Limits) -> Caps:
+        return cls(limits.wall_time_s, limits.stdout_max_bytes, limits.stderr_max_bytes)
+
+
+@dataclass(eq=False)
+class Started:
+    """A spawned child in its jail, not yet given its request."""
+
+    jail_dir: str
+    jail: Jail
+    child: Child
+
+
+async def start(
+    backend: JailBackend, adapter_argv: tuple[str, ...], limits: Limits, temp_root: str | None
+) -> Started:
+    """Make a jail dir and a jail, and spawn the helper into them.
+
+    Raises:
+        RunnerError: `spawn_failed`, or the backend's refusal.
+    """
+    try:
+        jail_dir = tempfile.mkdtemp(prefix="trunner-", dir=temp_root)
+    except OSError as e:
+        raise RunnerError(
+            Reason.SPAWN_FAILED, f"cannot make the jail dir: {e.strerror} (errno {e.errno})"
+        ) from None
+    try:
+        jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits)
+        try:
+            return Started(jail_dir, jail, await spawn(jail.command))
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await jail.release()
+            raise
+    except BaseException:
+        remove_tree(jail_dir)
+        raise
+
+
+async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
+    """Feed `frame` to a started child, see it to its end, free its jail.
+    The deadline starts now."""
+    deadline = trio.current_time() + caps.wall_time_s
+    try:
+        return await supervise(
+            started.child,
+            frame,
+            deadline=deadline,
+            stdout_max_bytes=caps.stdout_max_bytes,
+            stderr_max_bytes=caps.stderr_max_bytes,
+        )
+    finally:
+        with trio.CancelScope(shield=True):
+            await started.jail.release()
+        remove_tree(started.jail_dir)
+
+
+async def discard(started: Started) -> None:
+    """End a started child that will serve nothing (an idle pooled worker)."""
+    with trio.CancelScope(shield=True):
+        child = started.child
+        try:
+            child.kill_group()
+            await child.wait_exit()
+            child.reap()
+            child.read_report()
+            await child.aclose_streams()
+            await started.jail.release()
+        finally:
+            remove_tree(started.jail_dir)
+
+
+def judge(
+    outcome: Outcome, backend: JailBackend, stdout_max_bytes: int, response_type: Any = Any
+) -> Any:
+    """The verdict on one finished invocation: its response, or the error."""
+    code = outcome.exit_code
+    if outcome.failure is not None:
+        raise RunnerError(outcome.failure, outcome.detail, **_status(code))
+    assert code is not None
+    if outcome.report is not None:  # only the helper can write it
+        reason = Reason.PROCESS_COUNT if code == PROCESS_COUNT_EXIT else Reason.SANDBOX_SETUP
+        raise RunnerError(reason, outcome.report, exit_status=code if code >= 0 else None)
+    excerpt = outcome.stderr[-STDERR_EXCERPT_BYTES:].decode(errors="replace").strip()
+    if code < 0:
+        reason, detail = backend.explain_death(-code, outcome.pid, outcome.started_us)
+        if reason is Reason.KILLED_BY_SIGNAL:
+            detail += f"; stderr: {excerpt}"
+        raise RunnerError(reason, detail, signal=-code)
+    if code != 0:
+        raise RunnerError(
+            Reason.NONZERO_EXIT, f"exited {code}; stderr: {excerpt}", exit_status=code
+        )
+    return decode_single_frame(
+        outcome.stdout, response_type, max_body_bytes=max(stdout_max_bytes - HEADER_BYTES, 0)
+    )
+
+
+def _status(code: int | None) -> dict[str, int | None]:
+    if code is None:
+        return {}
+    return {"signal": -code} if code < 0 else {"exit_status": code}
+
+
+def remove_tree(path: str) -> bool:
+    """Remove a jail dir whatever the child did to its modes. Best effort:
+    it runs on failure paths too, where the first error is the one to raise;
+    returns whether the dir is gone."""
+    try:
+        os.rmdir(path)  # the common failure case, empty: needs no fd
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    try:
+        shutil.rmtree(path)
+        return True
+    except OSError:
+        pass
+    # A child may have removed write or search bits inside its jail.
+    for root, dirs, _ in os.walk(path):
+        for name in dirs:
+            try:
+                os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
+            except OSError:
+                pass
+    try:
+        shutil.rmtree(path)
+    except OSError:
+        return False
+    return True
