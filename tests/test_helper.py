@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import marshal
-import os
 import signal
 import subprocess
 import sys
@@ -277,3 +276,13 @@ def test_the_probe_changes_nothing_on_the_host() -> None:
     # /dev/null: subprocess's stdio for the ldconfig run pyseccomp does.
     assert out.stdout.strip() == "True []", out.stdout
 
+
+
+async def test_only_runner_errors_leave_run(runner: Runner) -> None:
+    """A type msgspec cannot decode into fails inside the verdict, after the
+    child ran: still a RunnerError, with the cause chained, nothing left."""
+    with pytest.raises(RunnerError) as info:
+        await runner.run("echo", 1, response_type=open)  # type: ignore[call-overload]
+    assert info.value.reason is Reason.INTERNAL_ERROR
+    assert isinstance(info.value.__cause__, TypeError)
+    assert child_pids() == []

@@ -18,7 +18,6 @@ import trio
 
 from conftest import TESTS_DIR, child_pids, is_alive
 from trunner import Reason, Runner, RunnerError
-from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.linux.backend import probe_host
 
 

@@ -1,10 +1,8 @@
 """Tests for trunner.landlock: pure planning/encoding, and real jailed child processes."""
 
-import ast
 import errno
 import json
 import os
-import pickle
 import select
 import shutil
 import signal
@@ -15,7 +13,6 @@ import tempfile
 import uuid
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trunner.linux.install as install

@@ -53,7 +53,7 @@ def main(argv: "list[str]") -> "NoReturn":
         _take_report_fd(argv[1] if len(argv) > 1 else "")
         plan, adapter = _read_plan(argv)
         skip = plan["unsafe_skip"]
-        steps = [
+        steps: "list[tuple[Any, ...]]" = [
             # 1. env: check first, nothing else depends on it.
             ("env", _check_env, plan["env"]),
             # 2. process limit: needs the host's view (real root for the

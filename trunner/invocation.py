@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -136,6 +138,19 @@ def judge(
     return decode_single_frame(
         outcome.stdout, response_type, max_body_bytes=max(stdout_max_bytes - HEADER_BYTES, 0)
     )
+
+
+@contextmanager
+def only_runner_errors() -> Iterator[None]:
+    """The contract: nothing but a `RunnerError` (or the caller's own
+    cancellation, a BaseException) leaves an invocation. Anything else is a
+    bug in trunner, reported as `internal_error` with the cause chained."""
+    try:
+        yield
+    except RunnerError:
+        raise
+    except Exception as e:
+        raise RunnerError(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}") from e
 
 
 def _status(code: int | None) -> dict[str, int | None]:

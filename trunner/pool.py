@@ -84,20 +84,21 @@ class WorkerPool:
         if not self._open:
             raise RuntimeError("use the pool inside `async with runner.pool(...)`")
         runner = self._runner
-        frame = encode_frame(request)
-        version = runner.rules_version(self._limits)
-        self._last_use = trio.current_time()
-        self._wanted.set()
-        # A worker that died while idle (e.g. a refused setup) is served all the
-        # same, so the caller gets its real reason rather than a silent respawn.
-        if self._idle:
-            started = self._idle.popleft()
-        else:
-            started = await invocation.start(runner.backend, self._argv, self._limits,
-                                             runner.temp_root)
-        outcome = await invocation.serve(started, frame, self._caps)
-        response = invocation.judge(outcome, runner.backend, self._caps.stdout_max_bytes,
-                                    response_type)
+        with invocation.only_runner_errors():
+            frame = encode_frame(request)
+            version = runner.rules_version(self._limits)
+            self._last_use = trio.current_time()
+            self._wanted.set()
+            # A worker that died while idle (e.g. a refused setup) is served all the
+            # same, so the caller gets its real reason rather than a silent respawn.
+            if self._idle:
+                started = self._idle.popleft()
+            else:
+                started = await invocation.start(runner.backend, self._argv, self._limits,
+                                                 runner.temp_root)
+            outcome = await invocation.serve(started, frame, self._caps)
+            response = invocation.judge(outcome, runner.backend, self._caps.stdout_max_bytes,
+                                        response_type)
         return Result(response, version)
 
     async def _refill(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

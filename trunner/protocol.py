@@ -98,7 +98,7 @@ def decode_single_frame(
         )
     body = memoryview(data)[HEADER_BYTES:end]
     try:
-        return _decoder(response_type).decode(body)  # type: ignore[no-any-return]
+        return _decoder(response_type).decode(body)  # type: ignore[arg-type, no-any-return]
     except (msgspec.DecodeError, RecursionError) as e:  # ValidationError is a DecodeError
         raise RunnerError(Reason.BAD_FRAME, f"bad frame body: {e}") from None
 

@@ -194,7 +194,7 @@ class Runner:
         caps: invocation.Caps, response_type: Any,
     ) -> Result[Any]:
         await trio.lowlevel.checkpoint_if_cancelled()  # nothing starts in a cancelled scope
-        try:
+        with invocation.only_runner_errors():
             frame = encode_frame(request)
             rules_version = self.rules_version(limits)
             started = await invocation.start(self._backend, adapter_argv, limits,
@@ -202,10 +202,6 @@ class Runner:
             outcome = await invocation.serve(started, frame, caps)
             response = invocation.judge(outcome, self._backend, caps.stdout_max_bytes,
                                         response_type)
-        except (RunnerError, trio.Cancelled):
-            raise
-        except Exception as e:  # noqa: BLE001 - the contract: only RunnerError leaves
-            raise RunnerError(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}") from e
         return Result(response, rules_version)
 
     def pool(

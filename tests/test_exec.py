@@ -1,0 +1,49 @@
+"""`exec` mode: the caps mean the program's own bytes, to the byte."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import child_pids
+from trunner import Reason, Runner, RunnerError
+
+CAP = 100_000
+
+
+def writer(out: int, err: int) -> list[str]:
+    return [sys.executable, "-c",
+            f"import os; os.write(1, b'o' * {out}) if {out} else None;"
+            f" os.write(2, b'e' * {err}) if {err} else None"]
+
+
+@pytest.mark.parametrize(("out", "err"), [(CAP, 0), (0, CAP), (CAP, CAP), (0, 0)])
+async def test_output_up_to_each_cap_is_returned_whole(runner: Runner, out: int, err: int) -> None:
+    limits = runner.limits.replace(stdout_max_bytes=CAP, stderr_max_bytes=CAP)
+    result = (await runner.exec(writer(out, err), limits=limits)).response
+    assert result.exit_code == 0
+    assert result.stdout == b"o" * out and result.stderr == b"e" * err
+
+
+@pytest.mark.parametrize(("out", "err", "reason"), [
+    (CAP + 1, 0, Reason.STDOUT_CAP),
+    (0, CAP + 1, Reason.STDERR_CAP),
+    (10 * CAP, 0, Reason.STDOUT_CAP),
+])
+async def test_one_byte_over_a_cap_fails_with_that_cap(
+    runner: Runner, out: int, err: int, reason: Reason
+) -> None:
+    limits = runner.limits.replace(stdout_max_bytes=CAP, stderr_max_bytes=CAP)
+    with pytest.raises(RunnerError) as info:
+        await runner.exec(writer(out, err), limits=limits)
+    assert info.value.reason is reason
+    assert child_pids() == []
+
+
+async def test_a_zero_cap_allows_silence_only(runner: Runner) -> None:
+    limits = runner.limits.replace(stdout_max_bytes=0)
+    assert (await runner.exec(writer(0, 0), limits=limits)).response.stdout == b""
+    with pytest.raises(RunnerError) as info:
+        await runner.exec(writer(1, 0), limits=limits)
+    assert info.value.reason is Reason.STDOUT_CAP
