@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from trunner.rules import (
         provider_profile_template_blake3 as provider_profile_template_blake3,
     )
-    from trunner.runner import Result as Result, Runner as Runner
+    from trunner.invocation import Result as Result
+    from trunner.runner import Runner as Runner
     from trunner.worker import WORKER_BINARY as WORKER_BINARY, locate_worker as locate_worker
 
 _WHERE = {
@@ -34,7 +35,7 @@ _WHERE = {
     "ExecRequest": "trunner.protocol",
     "ExecResult": "trunner.protocol",
     "provider_profile_template_blake3": "trunner.rules",
-    "Result": "trunner.runner",
+    "Result": "trunner.invocation",
     "Runner": "trunner.runner",
     "WORKER_BINARY": "trunner.worker",
     "locate_worker": "trunner.worker",

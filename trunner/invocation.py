@@ -16,8 +16,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar, final
 
+import msgspec
 import trio
 
 from trunner.errors import Reason, RunnerError
@@ -30,6 +31,16 @@ from trunner.spawn import Child, spawn
 
 #: Most stderr bytes quoted in a `RunnerError.detail`.
 STDERR_EXCERPT_BYTES: Final = 2000
+
+T = TypeVar("T")
+
+
+@final
+class Result(msgspec.Struct, Generic[T], frozen=True):
+    """A verified response and the rules version it was produced under."""
+
+    response: T
+    rules_version: str
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ REFILL_BACKOFF_S = 1.0
 
 if TYPE_CHECKING:
     from trunner.limits import Limits
-    from trunner.runner import Result, Runner
+    from trunner.invocation import Result
+    from trunner.runner import Runner
 
 
 class WorkerPool:
@@ -79,8 +80,6 @@ class WorkerPool:
     async def run(self, request: object, *, response_type: Any = Any) -> Result[Any]:
         """Serve `request` on a prewarmed worker (or a fresh one if none is
         ready). Same reasons, same verdict as `Runner.run`."""
-        from trunner.runner import Result
-
         if not self._open:
             raise RuntimeError("use the pool inside `async with runner.pool(...)`")
         runner = self._runner
@@ -99,7 +98,7 @@ class WorkerPool:
             outcome = await invocation.serve(started, frame, self._caps)
             response = invocation.judge(outcome, runner.backend, self._caps.stdout_max_bytes,
                                         response_type)
-        return Result(response, version)
+        return invocation.Result(response, version)
 
     async def _refill(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                       ) -> None:

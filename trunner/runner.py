@@ -15,12 +15,12 @@ import importlib.machinery
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
+from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
-import msgspec
 import trio
 
 from trunner import invocation
+from trunner.invocation import Result
 from trunner.adapters import BUILTIN_MODES
 from trunner.errors import Reason, RunnerError
 from trunner.jail import JailBackend, platform_backend
@@ -34,14 +34,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-
-
-@final
-class Result(msgspec.Struct, Generic[T], frozen=True):
-    """A verified response and the rules version it was produced under."""
-
-    response: T
-    rules_version: str
 
 
 @final

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Cold jailed `echo` latency of two trunner builds, interleaved in one run.
+
+    python benchmarks/ab_cold.py OLD_PYTHON NEW_PYTHON [--rounds R] [-n N]
+
+Each python is a venv's interpreter with its own trunner installed (e.g. a
+`git worktree` of an older commit set up with `scripts/setup`). Rounds
+alternate old, new, new, old, ... so load drifts hit both; each round is one
+process running N sequential `Runner.run("echo")` after one warm-up. Prints
+the p50 and p90 per build and the new/old ratio of the p50s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROUND = r"""
+import json, sys, tempfile, time, trio
+from trunner import Runner
+n = int(sys.argv[1])
+async def main():
+    r = Runner(temp_root=tempfile.gettempdir())
+    await r.run("echo", 0)
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        await r.run("echo", i)
+        out.append((time.perf_counter() - t) * 1000)
+    print(json.dumps(out))
+trio.run(main)
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("old")
+    parser.add_argument("new")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("-n", type=int, default=30)
+    args = parser.parse_args()
+    times: dict[str, list[float]] = {"old": [], "new": []}
+    order = ["old", "new", "new", "old"] * ((args.rounds + 1) // 2)
+    for i, which in enumerate(order[: 2 * args.rounds]):
+        python = getattr(args, which)
+        out = subprocess.run([python, "-c", ROUND, str(args.n)], capture_output=True,
+                             text=True, check=True, cwd=tempfile.gettempdir())
+        times[which] += json.loads(out.stdout)
+        print(f"round {i + 1}: {which}", file=sys.stderr)
+    for which, xs in times.items():
+        q = statistics.quantiles(xs, n=10)
+        print(f"{which}: p50 {statistics.median(xs):.1f} ms, p90 {q[8]:.1f} ms ({len(xs)} runs)")
+    ratio = statistics.median(times["new"]) / statistics.median(times["old"])
+    print(f"new/old p50: {ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
