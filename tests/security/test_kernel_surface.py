@@ -147,7 +147,7 @@ def _open_for_write_nonblocking(path: Path) -> str:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
     except OSError as e:
-        return errno.errorcode[e.errno]
+        return errno.errorcode[e.errno or 0]
     os.close(fd)
     return "opened"
 
@@ -180,7 +180,7 @@ def _host_locks(path: Path) -> list[str]:
                 lock()
                 out.append("locked")
             except OSError as e:
-                out.append(errno.errorcode[e.errno])
+                out.append(errno.errorcode[e.errno or 0])
     finally:
         os.close(fd)
     return out
