@@ -11,10 +11,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import signal
 import socket
 import struct
+import subprocess
+import sys
 import textwrap
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +242,50 @@ async def test_clone_parent_leaves_no_child_in_the_host(runner: Runner) -> None:
         for pid in new:
             os.waitpid(pid, 0)  # not trio's: reaped so that a failure leaves nothing behind
     assert not new, new
+
+
+@pytest.fixture
+def blocked_victim() -> Iterator[subprocess.Popen[str]]:
+    """A host process in its own group with SIGUSR1 blocked, so a delivered one stays
+    visible as pending in /proc/PID/status."""
+    code = ("import signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1}); "
+            "print('ready', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield proc
+    finally:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()
+        proc.wait()
+        proc.stdout.close()
+
+
+def _pending(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    return int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+
+
+async def test_sigio_with_f_setsig_to_a_host_process_and_group(
+    runner: Runner, blocked_victim: subprocess.Popen[str]
+) -> None:
+    """F_SETSIG picks the signal, F_SETOWN_EX aims it at a host pid or process group,
+    O_ASYNC fires it on every write: recording is allowed, delivery is not (Landlock's
+    signal scope covers the SIGIO path too)."""
+    pid = blocked_victim.pid
+    result = await run_code(runner, f"""
+        import fcntl, signal, struct
+        r, w = os.pipe()
+        result = [attempt(lambda: fcntl.fcntl(r, 10, signal.SIGUSR1))]  # F_SETSIG
+        fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC)
+        for kind in (1, 2):  # F_OWNER_PID, F_OWNER_PGRP
+            owner = struct.pack("iI", kind, {pid})
+            result.append(attempt(lambda: fcntl.fcntl(r, 15, owner) and None))  # F_SETOWN_EX
+            os.write(w, b"x")
+            os.read(r, 1)
+    """)
+    assert result == ["OK:0", "OK:None", "OK:None"], result
+    # Sent (or not) synchronously by the write: pending by the time the run is over.
+    assert _pending(pid) & (1 << (signal.SIGUSR1 - 1)) == 0, "SIGUSR1 reached the host process"
