@@ -192,6 +192,101 @@ def test_argument_checks_look_at_the_low_32_bits_only(bpf_file: Path, tmp_path: 
     assert_ok(run_filtered(body, bpf_file, tmp_path))
 
 
+def test_ioctl_allow_list(bpf_file: Path, tmp_path: Path) -> None:
+    """The listed requests reach the kernel (high bits ignored, as the kernel does); every
+    other fails ENOTTY, even those the kernel would answer on this file."""
+    body = """
+    buf = ctypes.create_string_buffer(64)
+    def ioctl(fd, cmd):
+        rc = libc.syscall(16, fd, ctypes.c_ulong(cmd), buf)
+        return rc if rc >= 0 else errno.errorcode[ctypes.get_errno()]
+    r, w = os.pipe()
+    os.write(w, b"abc")
+    assert ioctl(r, 0x541B) == 0 and buf.raw[:4] == (3).to_bytes(4, "little")  # FIONREAD
+    assert ioctl(r, (0xFFFFFFFF << 32) | 0x541B) == 0  # the kernel sees FIONREAD
+    assert ioctl(r, 0x5451) == 0 and os.get_inheritable(r) is False  # FIOCLEX
+    assert ioctl(r, 0x5450) == 0  # FIONCLEX
+    buf[:4] = (1).to_bytes(4, "little")
+    assert ioctl(r, 0x5421) == 0 and os.get_blocking(r) is False  # FIONBIO
+    for tty in (0x5401, 0x540F, 0x5413, 0x802C542A):
+        assert ioctl(r, tty) == "ENOTTY", hex(tty)  # the kernel's answer on a pipe
+    fd = os.open("f", os.O_RDWR | os.O_CREAT)
+    # FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_IOC_GETVERSION, FS_IOC_SETVERSION, FIOQSIZE,
+    # FIGETBSZ, FIOASYNC, FICLONE, FS_IOC_FSSETXATTR; and FIONREAD's neighbours.
+    for cmd in (0x80086601, 0x40086602, 0x80087601, 0x40087602, 0x5460, 0x2, 0x5452,
+                0x40049409, 0x401C5820, 0x541A, 0x541C ^ 0x8, 0x1541B):
+        assert ioctl(fd, cmd) == "ENOTTY", hex(cmd)
+    print("OK")
+    """
+    assert_ok(run_filtered(body, bpf_file, tmp_path))
+
+
+def test_fcntl_setlease_is_eperm_and_locks_work(bpf_file: Path, tmp_path: Path) -> None:
+    body = """
+    import fcntl
+    fd = os.open("f", os.O_RDWR | os.O_CREAT)
+    for cmd in (fcntl.F_SETLEASE, (1 << 32) | fcntl.F_SETLEASE):
+        assert libc.syscall(72, fd, ctypes.c_ulong(cmd), fcntl.F_RDLCK) == -1
+        assert ctypes.get_errno() == errno.EPERM, (hex(cmd), ctypes.get_errno())
+    assert fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_UNLCK
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    assert fcntl.fcntl(fd, fcntl.F_GETFD) == fcntl.FD_CLOEXEC
+    assert fcntl.fcntl(fd, fcntl.F_DUPFD, 10) >= 10
+    print("OK")
+    """
+    assert_ok(run_filtered(body, bpf_file, tmp_path))
+
+
+def test_msg_fastopen_is_eopnotsupp(bpf_file: Path, tmp_path: Path) -> None:
+    body = """
+    a, b = socket.socketpair()
+    for call in (lambda: a.send(b"x", socket.MSG_FASTOPEN),  # glibc: the sendto syscall
+                 lambda: a.sendmsg([b"x"], [], socket.MSG_FASTOPEN)):
+        try:
+            call()
+            raise SystemExit("MSG_FASTOPEN sent")
+        except OSError as e:
+            assert e.errno == errno.EOPNOTSUPP, e
+    # High bits of flags are not flags (the kernel reads an unsigned int).
+    assert libc.syscall(44, a.fileno(), b"y", 1, ctypes.c_ulong(1 << 32), None, 0) == 1
+    a.sendmsg([b"z"], [], socket.MSG_DONTWAIT)
+    assert b.recv(8) == b"yz"
+    print("OK")
+    """
+    assert_ok(run_filtered(body, bpf_file, tmp_path))
+
+
+@pytest.fixture(scope="module")
+def provider_bpf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("seccomp") / "provider.bpf"
+    return write_bpf(path, seccomp.provider_policy())
+
+
+def test_provider_policy_tcp_only_no_server(provider_bpf: Path, tmp_path: Path) -> None:
+    body = """
+    for proto in (0, 6, (1 << 32) | 6):
+        fd = libc.syscall(41, socket.AF_INET6, socket.SOCK_STREAM | socket.SOCK_CLOEXEC,
+                          ctypes.c_ulong(proto))
+        assert fd >= 0, (proto, ctypes.get_errno())
+        os.close(fd)
+    for proto in (262, 256, 132, 17, (1 << 32) | 262, 0xFFFFFFFF):
+        assert libc.syscall(41, socket.AF_INET, socket.SOCK_STREAM, ctypes.c_ulong(proto)) == -1
+        assert ctypes.get_errno() == errno.EPROTONOSUPPORT, (proto, ctypes.get_errno())
+    s = socket.socket()
+    for call in (s.listen, s.accept, lambda: libc.syscall(288, s.fileno(), None, None, 0)):
+        try:
+            rc = call()
+        except OSError as e:
+            assert e.errno == errno.EPERM, e
+        else:
+            assert rc == -1 and ctypes.get_errno() == errno.EPERM, rc
+    print("OK")
+    """
+    assert_ok(run_filtered(body, provider_bpf, tmp_path))
+    assert_killed(run_filtered("socket.socket(socket.AF_UNIX)\n", provider_bpf, tmp_path))
+
+
 # ---------------------------------------------------------------------------------------------
 # What must kill the process with SIGSYS
 # ---------------------------------------------------------------------------------------------
@@ -218,6 +313,8 @@ FORBIDDEN_CALLS = {
     "userfaultfd": "libc.syscall(323, 0)",
     "clone_newuser": "libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)",
     "clone_newnet": "libc.syscall(56, 0x40000000 | 17, 0, 0, 0, 0)",
+    "clone_parent": "libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)",
+    "clone_parent_vfork_style": "libc.syscall(56, 0x8000 | 0x4000 | 0x100 | 17, 0, 0, 0, 0)",
     "chroot": "os.chroot('/nonexistent')",
     "pivot_root": "libc.syscall(155, None, None)",
     "ioctl_tiocsti": "libc.ioctl(0, 0x5412, ctypes.create_string_buffer(b'x'))",
@@ -266,9 +363,12 @@ def test_must_deny_names_are_not_in_the_policy() -> None:
     assert unconditional.isdisjoint(MUST_DENY)
     assert set(policy.errno_enosys) == {"clone3"}
     assert policy.unix_only_socket
-    assert policy.clone_denied_flags == seccomp.NAMESPACE_FLAGS
+    assert policy.clone_denied_flags == seccomp.NAMESPACE_FLAGS | seccomp.CLONE_PARENT
     assert seccomp.NAMESPACE_FLAGS & 0xFF == 0  # never touches clone's exit-signal byte
-    assert set(policy.ioctl_denied) == {seccomp.TIOCSTI, seccomp.TIOCLINUX}
+    assert set(policy.ioctl_killed) == {seccomp.TIOCSTI, seccomp.TIOCLINUX}
+    assert policy.ioctl_allowed == seccomp.IOCTL_ALLOWED
+    assert policy.fcntl_eperm == (seccomp.F_SETLEASE,)
+    assert policy.send_flags_denied == seccomp.MSG_FASTOPEN
 
 
 def x86_64_number(name: str) -> int:
@@ -276,7 +376,7 @@ def x86_64_number(name: str) -> int:
 
     nr = pyseccomp.resolve_syscall(pyseccomp.Arch.X86_64, name)
     assert nr >= 0, name
-    return nr
+    return int(nr)
 
 
 @pytest.mark.parametrize("name", [n for n in MUST_DENY if n != "clone3"])
@@ -339,7 +439,8 @@ def test_foreign_abi_syscall_is_killed(
 def test_allowed_syscalls_sorted_unique_and_conditional_ones_kept_apart() -> None:
     names = seccomp.ALLOWED_SYSCALLS
     assert list(names) == sorted(set(names))
-    assert {"socket", "socketpair", "clone", "ioctl", "clone3"}.isdisjoint(names)
+    conditional = {"socket", "socketpair", "clone", "ioctl", "clone3", "fcntl", "sendto", "sendmsg"}
+    assert conditional.isdisjoint(names)
 
 
 def test_policy_is_a_plain_hashable_encodable_value() -> None:
@@ -354,7 +455,9 @@ def test_policy_is_a_plain_hashable_encodable_value() -> None:
     with pytest.raises(TypeError):
         seccomp.SeccompPolicy(allowed="read")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        seccomp.SeccompPolicy(allowed=(), ioctl_denied=(1 << 32,))
+        seccomp.SeccompPolicy(allowed=(), ioctl_allowed=(1 << 32,))
+    with pytest.raises(ValueError):
+        seccomp.SeccompPolicy(allowed=(), ioctl_allowed=(1,), ioctl_killed=(1,))
 
 
 @pytest.mark.parametrize(
@@ -364,6 +467,8 @@ def test_policy_is_a_plain_hashable_encodable_value() -> None:
         (seccomp.SeccompPolicy(allowed=("read", "clone3")), "clone3"),
         (seccomp.SeccompPolicy(allowed=("read", "socket")), "socket"),
         (seccomp.SeccompPolicy(allowed=("read",), extra_allowed=("ioctl",)), "ioctl"),
+        (seccomp.SeccompPolicy(allowed=("read", "fcntl")), "fcntl"),
+        (seccomp.SeccompPolicy(allowed=("read", "sendto")), "sendto"),
     ],
 )
 def test_inconsistent_policy_is_rejected(policy: seccomp.SeccompPolicy, message: str) -> None:
@@ -386,12 +491,18 @@ def test_extra_allowed_and_socket_switch_widen_the_filter(tmp_path: Path) -> Non
     assert_killed(run_filtered("socket.socketpair()\n", bpf, tmp_path))
 
 
-def test_low32_complement_is_exact() -> None:
-    denied = [seccomp.TIOCSTI, seccomp.TIOCLINUX]
+@pytest.mark.parametrize("denied", [
+    [seccomp.TIOCSTI, seccomp.TIOCLINUX],
+    [*seccomp.IOCTL_ALLOWED, seccomp.TIOCSTI, seccomp.TIOCLINUX],
+    [seccomp.F_SETLEASE],
+    [0, 6],
+    [],
+])
+def test_low32_complement_is_exact(denied: list[int]) -> None:
     cubes = seccomp._low32_complement(denied)
     rng = random.Random(1)
     samples = list(range(0x5300, 0x5600)) + [rng.getrandbits(32) for _ in range(3000)]
-    samples += [0, 0xFFFFFFFF] + [d ^ (1 << b) for d in denied for b in range(32)]
+    samples += [0, 0xFFFFFFFF, *denied] + [d ^ (1 << b) for d in denied for b in range(32)]
     for x in samples:
         hits = sum((x & mask) == value for mask, value in cubes)
         assert hits == (0 if x in denied else 1), hex(x)

@@ -5,12 +5,18 @@ the test-owned endpoint saw nothing."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import os
 import socket
+import textwrap
 from pathlib import Path
 
 import pytest
+import trio
 
+from conftest import TESTS_DIR, child_pids
 from sec_helpers import run_code, syscall_denied
 from trunner import Runner
 
@@ -149,3 +155,150 @@ async def test_socketpair_of_inet_family(runner: Runner) -> None:
         fds = (ctypes.c_int * 2)()
         ctypes.CDLL(None).socketpair(2, 1, 0, fds)  # AF_INET, SOCK_STREAM
     """, "socketpair")
+
+
+# The provider profile: TCP sockets in the host network namespace, Landlock
+# allowing connect to the configured ports only. Landlock sees only connect and
+# bind of IPPROTO_TCP sockets: every other route to or from a port is the filter's.
+
+PROVIDER_PORT = 9  # the allowed port: nothing listens on it
+
+
+@pytest.fixture
+def provider(jail_root: Path) -> Runner:
+    return Runner(import_paths=[TESTS_DIR], temp_root=str(jail_root),
+                  provider={"ports": [PROVIDER_PORT]})
+
+
+async def test_provider_socket_protocols(provider: Runner) -> None:
+    """Only protocol 0 or IPPROTO_TCP: MPTCP (262), SMC (256), SCTP (132) and the rest
+    make sockets Landlock's TCP rules do not cover. High bits are ignored by the kernel."""
+    result = await run_code(provider, """
+        import ctypes, socket
+        libc = ctypes.CDLL(None, use_errno=True)
+        made, errors = [], set()
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for proto in [*range(301), 0xFFFF, 1 << 16, 0x7FFFFFFF, 0xFFFFFFFF, (1 << 32) | 262]:
+                fd = libc.syscall(41, family, socket.SOCK_STREAM, ctypes.c_ulong(proto))
+                if fd >= 0:
+                    os.close(fd)
+                    made.append([family, proto])
+                else:
+                    errors.add(errno.errorcode[ctypes.get_errno()])
+        result = [made, sorted(errors)]
+    """)
+    assert result == [[[2, 0], [2, 6], [10, 0], [10, 6]], ["EPROTONOSUPPORT"]], result
+
+
+FLAVOURS = {
+    # socket() fails: Landlock would not see this socket's connect.
+    "mptcp": ("s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)\n"
+              "s.connect(ADDR)", "EPROTONOSUPPORT"),
+    # TCP fast open connects from sendto/sendmsg, past the connect hook.
+    "fastopen_sendto": ("s = socket.socket()\ns.sendto(b'x', socket.MSG_FASTOPEN, ADDR)",
+                        errno.errorcode[errno.EOPNOTSUPP]),  # 95 is also ENOTSUP
+    "fastopen_sendmsg": ("s = socket.socket()\ns.sendmsg([b'x'], [], socket.MSG_FASTOPEN, ADDR)",
+                         errno.errorcode[errno.EOPNOTSUPP]),
+    # TCP_FASTOPEN_CONNECT (30) defers the SYN to the first write, but connect() runs the hook.
+    "fastopen_connect": ("s = socket.socket()\ns.setsockopt(6, 30, 1)\ns.connect(ADDR)\n"
+                         "s.send(b'x')", "EACCES"),
+}
+
+
+@pytest.mark.parametrize("flavour", sorted(FLAVOURS))
+async def test_provider_listener_on_other_port_sees_nothing(provider: Runner, flavour: str) -> None:
+    """A host listener on a port not allowed: no connection, whatever the socket flavour."""
+    code, expected = FLAVOURS[flavour]
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        addr = ("127.0.0.1", listener.getsockname()[1])
+        body = textwrap.indent(code.replace("ADDR", repr(addr)), "    ")
+        result = await run_code(provider, f"import socket\ndef go():\n{body}\nresult = attempt(go)")
+        assert result == expected, result
+        _nothing_accepted(listener)
+
+
+def _listening_inodes() -> dict[int, int]:
+    """inode -> port of every TCP socket in LISTEN state (0A) in this network namespace."""
+    out = {}
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A":
+                    out[int(fields[9])] = int(fields[1].rsplit(":", 1)[1], 16)
+    return out
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    out: set[int] = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # it has just exited
+        return out
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(int(link[8:-1]))
+    return out
+
+
+LISTEN = """
+import json, select, socket
+tries = {
+    "autobind4": lambda: socket.socket(socket.AF_INET),
+    "autobind6": lambda: socket.socket(socket.AF_INET6),
+    "mptcp": lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 262),
+}
+result, listening = {}, []
+for name, make in tries.items():
+    try:
+        s = make()
+        if name == "mptcp":
+            s.bind(("127.0.0.1", 0))
+        s.listen()
+        listening.append(s)
+        result[name] = "listening"
+    except OSError as e:
+        result[name] = errno.errorcode[e.errno]
+with open("ports.tmp", "w") as f:
+    json.dump([s.getsockname()[1] for s in listening], f)
+os.rename("ports.tmp", "ports")
+if listening:  # give the host its chance (bounded): a connection would be accepted
+    ready = select.select(listening, [], [], 10)[0]
+    result["accepted"] = [s.accept()[1][1] for s in ready]
+"""
+
+
+async def test_provider_cannot_listen(provider: Runner, jail_root: Path) -> None:
+    """listen() without bind() autobinds to 0.0.0.0:<ephemeral> (no bind hook), and an
+    MPTCP socket binds past Landlock. While the run lasts, the host connects to every
+    port the child reports and every listening port that is one of its sockets."""
+    done = trio.Event()
+    connects: dict[int, str | None] = {}
+
+    async def host() -> None:
+        while not done.is_set():
+            ports = set()
+            for hit in jail_root.glob("*/ports"):
+                with contextlib.suppress(OSError, ValueError):
+                    ports |= set(json.loads(hit.read_text()))
+            listening = _listening_inodes()
+            for pid in child_pids():
+                ports |= {listening[i] for i in _socket_inodes(pid) if i in listening}
+            for port in sorted(ports - set(connects)):
+                with socket.socket() as s:
+                    s.settimeout(5)
+                    connects[port] = errno.errorcode.get(s.connect_ex(("127.0.0.1", port)))
+            await trio.sleep(0.01)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host)
+        result = await run_code(provider, LISTEN)
+        done.set()
+    assert result == {"autobind4": "EPERM", "autobind6": "EPERM", "mptcp": "EPROTONOSUPPORT"}
+    assert connects == {}, connects

@@ -21,12 +21,17 @@ __all__ = [
     "AF_UNIX",
     "ALLOWED_SYSCALLS",
     "CLONE_NEWTIME",
+    "CLONE_PARENT",
     "DEFAULT_POLICY",
+    "F_SETLEASE",
+    "IOCTL_ALLOWED",
+    "MSG_FASTOPEN",
     "NAMESPACE_FLAGS",
     "SeccompPolicy",
     "TIOCLINUX",
     "TIOCSTI",
     "build_bpf",
+    "provider_policy",
     "syscall_name",
 ]
 
@@ -38,7 +43,18 @@ AF_UNIX = 1
 AF_INET = 2
 AF_INET6 = 10
 SOCK_STREAM = 1
+IPPROTO_TCP = 6
+# The only protocols of an AF_INET/AF_INET6 stream socket Landlock's TCP rules see:
+# IPPROTO_MPTCP (262), IPPROTO_SMC (256, Linux 6.11) and SCTP (132) connect and bind
+# unchecked. 0 picks TCP for SOCK_STREAM.
+INET_PROTOCOLS = (0, IPPROTO_TCP)
+# TCP fast open: sendto/sendmsg with this flag connects without connect(), past
+# Landlock's connect hook.
+MSG_FASTOPEN = 0x20000000
 
+# The new process becomes a child of the caller's parent: from the group leader, a
+# child of trunner itself, which never reaps it (a zombie per call).
+CLONE_PARENT = 0x00008000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
@@ -63,6 +79,24 @@ NAMESPACE_FLAGS = (
 TIOCSTI = 0x5412  # push bytes into a terminal's input queue: classic sandbox escape
 TIOCLINUX = 0x541C  # virtual-console ioctls, incl. selection paste (same class of escape)
 
+# The ioctl requests ordinary programs make (CPython, sh, coreutils, git, tar, gcc under
+# strace: only the first three, on pipes). No tty is reachable in the jail, so the tty
+# queries answer ENOTTY from the kernel; FIO* act on the caller's own descriptor.
+IOCTL_ALLOWED = (
+    0x5401,  # TCGETS: isatty(), tcgetattr()
+    0x540F,  # TIOCGPGRP: sh, tcgetpgrp()
+    0x5413,  # TIOCGWINSZ: ls, os.get_terminal_size()
+    0x541B,  # FIONREAD
+    0x5421,  # FIONBIO: socket.setblocking(), Node
+    0x5450,  # FIONCLEX
+    0x5451,  # FIOCLEX
+    0x802C542A,  # TCGETS2: tcgetattr() in glibc >= 2.42
+)
+
+# A lease makes every other opener of the file (any host process, any uid) wait for the
+# holder, up to lease-break-time (45 s). Locks stay: advisory, and they die with the run.
+F_SETLEASE = 1024
+
 _U32 = 0xFFFFFFFF
 
 # --------------------------------------------------------------------------------------------
@@ -72,10 +106,11 @@ _U32 = 0xFFFFFFFF
 # Allowed unconditionally.  Found by running CPython 3.11 (startup, msgspec/blake3 imports,
 # threads, trio, subprocess, fork, sockets, tempfile) and a battery of /bin/sh + coreutils
 # commands under ``strace -f``, then adding the obvious siblings named in the comments.
-# socket/socketpair, clone and ioctl are allowed only with argument checks (see SeccompPolicy);
+# socket/socketpair, clone, ioctl, fcntl, sendto and sendmsg are allowed only with argument
+# checks (see SeccompPolicy);
 # clone3 fails with ENOSYS so that glibc falls back to clone, whose flags we can inspect.
 ALLOWED_SYSCALLS: tuple[str, ...] = (
-    "accept",  # AF_UNIX servers (only AF_UNIX sockets can be created)
+    "accept",  # AF_UNIX servers (default profile only: see provider_policy)
     "accept4",
     "access",
     "alarm",  # signal.alarm(); getitimer/setitimer likewise
@@ -106,7 +141,6 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "faccessat2",
     "fadvise64",  # cat, sort
     "fchdir",  # find
-    "fcntl",
     "fdatasync",
     "fgetxattr",
     "flistxattr",
@@ -141,7 +175,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "lgetxattr",
     "link",
     "linkat",
-    "listen",
+    "listen",  # autobinds an AF_INET socket: default profile only (AF_UNIX there)
     "listxattr",
     "llistxattr",
     "lseek",
@@ -187,8 +221,6 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "sched_yield",
     "select",
     "sendfile",  # shutil.copyfile fast path
-    "sendmsg",
-    "sendto",
     "set_robust_list",  # glibc, every thread
     "set_tid_address",  # glibc startup
     "setitimer",
@@ -231,6 +263,11 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
 #   connect        pathname AF_UNIX sockets (docker.sock, D-Bus) are outside Landlock's
 #                  reach; with connect denied and sockets AF_UNIX *stream* only (an
 #                  unconnected stream socket cannot sendto a path), nothing leaves.
+# Failing with the errno of a kernel without the feature, which callers already handle:
+#   ioctl outside IOCTL_ALLOWED: ENOTTY (TIOCSTI, TIOCLINUX: killed).
+#   sendto/sendmsg with MSG_FASTOPEN: EOPNOTSUPP (fast open disabled).
+#   provider socket() with a protocol other than 0/TCP: EPROTONOSUPPORT.
+# And EPERM: fcntl(F_SETLEASE); listen/accept/accept4 in the provider profile.
 
 
 class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -238,7 +275,9 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     A name may appear in at most one of allowed/extra_allowed, errno_enosys,
     errno_eperm, self_only and the conditional rules (socket/socketpair when
-    `unix_only_socket`, clone, ioctl).
+    `unix_only_socket`; clone, ioctl, fcntl, sendto, sendmsg always).
+    Values compared with ioctl's request, fcntl's cmd and the send flags are
+    their low 32 bits: the kernel reads them as unsigned int.
     """
 
     #: Syscall names allowed unconditionally.
@@ -251,15 +290,21 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     #: More unconditionally allowed names, for callers that widen the default.
     extra_allowed: tuple[str, ...] = ()
     #: `clone` is allowed iff `flags & clone_denied_flags == 0` (0: unconditional).
-    clone_denied_flags: int = NAMESPACE_FLAGS
-    #: `ioctl` is allowed unless the low 32 bits of the request equal one of
-    #: these (the kernel truncates it to unsigned int). Empty: unconditional.
-    ioctl_denied: tuple[int, ...] = (TIOCSTI, TIOCLINUX)
+    clone_denied_flags: int = NAMESPACE_FLAGS | CLONE_PARENT
+    #: `ioctl` requests allowed; any other fails ENOTTY, except `ioctl_killed`.
+    ioctl_allowed: tuple[int, ...] = IOCTL_ALLOWED
+    #: `ioctl` requests that kill.
+    ioctl_killed: tuple[int, ...] = (TIOCSTI, TIOCLINUX)
+    #: `fcntl` commands that fail EPERM; the rest are allowed.
+    fcntl_eperm: tuple[int, ...] = (F_SETLEASE,)
+    #: `sendto`/`sendmsg` with any of these flags fail EOPNOTSUPP (0: unconditional).
+    send_flags_denied: int = MSG_FASTOPEN
     #: Fail with EPERM instead of killing, so tools degrade rather than die.
     errno_eperm: tuple[str, ...] = ()
-    #: `socket` for AF_INET/AF_INET6 stream only, and no longer AF_UNIX
-    #: (socketpair stays AF_UNIX stream): the provider profile, where
-    #: Landlock limits TCP connect to the configured ports.
+    #: `socket` for AF_INET/AF_INET6 stream only, protocol 0 or TCP (any other
+    #: fails EPROTONOSUPPORT), and no longer AF_UNIX (socketpair stays AF_UNIX
+    #: stream): the provider profile, where Landlock limits TCP connect to the
+    #: configured ports.
     inet_socket: bool = False
     #: Allowed only with a pid argument (arg 0) of 0: the caller itself.
     self_only: tuple[str, ...] = ()
@@ -267,9 +312,13 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def __post_init__(self) -> None:
         for field in ("allowed", "errno_enosys", "extra_allowed", "errno_eperm", "self_only"):
             _names(getattr(self, field), field)
-        _u32(self.clone_denied_flags, "clone_denied_flags")
-        for value in self.ioctl_denied:
-            _u32(value, "ioctl_denied")
+        for field in ("clone_denied_flags", "send_flags_denied"):
+            _u32(getattr(self, field), field)
+        for field in ("ioctl_allowed", "ioctl_killed", "fcntl_eperm"):
+            for value in getattr(self, field):
+                _u32(value, field)
+        if set(self.ioctl_allowed) & set(self.ioctl_killed):
+            raise ValueError("SeccompPolicy: an ioctl request is both allowed and killed")
 
 
 def _names(values: Iterable[str], field: str) -> tuple[str, ...]:
@@ -300,16 +349,22 @@ ERRNO_EPERM: tuple[str, ...] = (
     "setxattr", "utime", "utimensat", "utimes",
 )
 
+#: Denied (EPERM) in the provider profile: listen() autobinds an unbound TCP socket
+#: to 0.0.0.0:<ephemeral> without a bind() for Landlock to check, and the host can
+#: then connect in. seccomp cannot see the socket's family at listen().
+SERVER_SYSCALLS: tuple[str, ...] = ("accept", "accept4", "listen")
+
+
 def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
     """The provider profile's policy: TCP sockets and `connect` allowed (Landlock
     limits the ports), AF_UNIX sockets no longer creatable, so `connect` cannot
-    reach a pathname unix socket on the host."""
+    reach a pathname unix socket on the host; no server calls."""
     base = DEFAULT_POLICY if base is None else base
     return msgspec.structs.replace(
         base,
         inet_socket=True,
-        allowed=tuple(sorted({*base.allowed, "connect"})),
-        errno_eperm=tuple(n for n in base.errno_eperm if n != "connect"),
+        allowed=tuple(sorted({*base.allowed, "connect"} - set(SERVER_SYSCALLS))),
+        errno_eperm=tuple(sorted({*base.errno_eperm, *SERVER_SYSCALLS} - {"connect"})),
     )
 
 
@@ -318,8 +373,11 @@ DEFAULT_POLICY = SeccompPolicy(
     unix_only_socket=True,
     errno_enosys=("clone3",),
     extra_allowed=(),
-    clone_denied_flags=NAMESPACE_FLAGS,
-    ioctl_denied=(TIOCSTI, TIOCLINUX),
+    clone_denied_flags=NAMESPACE_FLAGS | CLONE_PARENT,
+    ioctl_allowed=IOCTL_ALLOWED,
+    ioctl_killed=(TIOCSTI, TIOCLINUX),
+    fcntl_eperm=(F_SETLEASE,),
+    send_flags_denied=MSG_FASTOPEN,
     errno_eperm=ERRNO_EPERM,
     self_only=SELF_ONLY,
 )
@@ -350,7 +408,9 @@ def _low32_complement(denied: Iterable[int]) -> list[tuple[int, int]]:
     libseccomp cannot attach a rule whose action equals the default action (here: kill), and
     has no masked "not equal", so "allow unless low32(x) in denied" is written as several
     ALLOW rules ``(x & mask) == value``: the disjoint prefixes of a binary trie of ``denied``
-    that branch away from every denied value (at most 32 per denied value).
+    that branch away from every denied value (at most 32 per denied value). Nor can rules
+    of one syscall overlap: libseccomp 2.5 keeps the less specific of two overlapping rules
+    and drops the other, so "ERRNO, except ALLOW for these" is also written with cubes.
     """
     cubes: list[tuple[int, int]] = []
 
@@ -380,13 +440,9 @@ def _compile(policy: SeccompPolicy) -> bytes:
             raise ValueError(f"seccomp policy: unknown syscall {name!r} on the native arch")
         return int(num)
 
-    conditional: list[str] = []
+    conditional = ["clone", "fcntl", "ioctl", "sendmsg", "sendto"]
     if policy.unix_only_socket:
         conditional += ["socket", "socketpair"]
-    if policy.clone_denied_flags:
-        conditional.append("clone")
-    if policy.ioctl_denied:
-        conditional.append("ioctl")
     groups = {
         "allowed/extra_allowed": set(policy.allowed) | set(policy.extra_allowed),
         "errno_enosys": set(policy.errno_enosys),
@@ -427,15 +483,40 @@ def _compile(policy: SeccompPolicy) -> bytes:
         flt.add_rule(sc.ALLOW, nr(name), sc.Arg(0, sc.MASKED_EQ, _U32, 0))
     if policy.unix_only_socket and policy.inet_socket:
         for family in (AF_INET, AF_INET6):
-            flt.add_rule(
-                sc.ALLOW, nr("socket"), sc.Arg(0, sc.MASKED_EQ, _U32, family),
-                sc.Arg(1, sc.MASKED_EQ, 0xF, SOCK_STREAM),
-            )
-    if policy.clone_denied_flags:
-        flt.add_rule(sc.ALLOW, nr("clone"), sc.Arg(0, sc.MASKED_EQ, policy.clone_denied_flags, 0))
-    if policy.ioctl_denied:
-        for mask, value in _low32_complement(policy.ioctl_denied):
-            flt.add_rule(sc.ALLOW, nr("ioctl"), sc.Arg(1, sc.MASKED_EQ, mask, value))
+            stream = (sc.Arg(0, sc.MASKED_EQ, _U32, family),
+                      sc.Arg(1, sc.MASKED_EQ, 0xF, SOCK_STREAM))
+            for proto in INET_PROTOCOLS:
+                flt.add_rule(sc.ALLOW, nr("socket"), *stream, sc.Arg(2, sc.MASKED_EQ, _U32, proto))
+            for mask, value in _low32_complement(INET_PROTOCOLS):
+                flt.add_rule(sc.ERRNO(errno.EPROTONOSUPPORT), nr("socket"), *stream,
+                             sc.Arg(2, sc.MASKED_EQ, mask, value))
+
+    def flag_rules(name: str, arg: int, denied: int, action: Any) -> None:
+        # Allowed iff no denied flag is set; else `action` (None: the default, kill).
+        if not denied:
+            flt.add_rule(sc.ALLOW, nr(name))
+            return
+        flt.add_rule(sc.ALLOW, nr(name), sc.Arg(arg, sc.MASKED_EQ, denied, 0))
+        if action is None:
+            return
+        for bit in (1 << b for b in range(32) if denied >> b & 1):
+            flt.add_rule(action, nr(name), sc.Arg(arg, sc.MASKED_EQ, bit, bit))
+
+    def value_rules(name: str, arg: int, exact: dict[int, Any], rest: Any) -> None:
+        # low32(arg) == v -> exact[v] (None: kill); any other value -> rest.
+        for v in sorted(exact):
+            if (action := exact[v]) is not None:
+                flt.add_rule(action, nr(name), sc.Arg(arg, sc.MASKED_EQ, _U32, v))
+        for mask, value in _low32_complement(exact):
+            flt.add_rule(rest, nr(name), sc.Arg(arg, sc.MASKED_EQ, mask, value))
+
+    flag_rules("clone", 0, policy.clone_denied_flags, None)
+    # sendmsg(fd, msg, flags), sendto(fd, buf, len, flags, addr, addrlen)
+    flag_rules("sendmsg", 2, policy.send_flags_denied, sc.ERRNO(errno.EOPNOTSUPP))
+    flag_rules("sendto", 3, policy.send_flags_denied, sc.ERRNO(errno.EOPNOTSUPP))
+    value_rules("fcntl", 1, dict.fromkeys(policy.fcntl_eperm, sc.ERRNO(errno.EPERM)), sc.ALLOW)
+    ioctl = {**dict.fromkeys(policy.ioctl_killed), **dict.fromkeys(policy.ioctl_allowed, sc.ALLOW)}
+    value_rules("ioctl", 1, ioctl, sc.ERRNO(errno.ENOTTY))
 
     fd = os.memfd_create("trunner-seccomp-bpf", os.MFD_CLOEXEC)
     with open(fd, "w+b", buffering=0) as f:
