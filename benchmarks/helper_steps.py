@@ -3,19 +3,23 @@
 
     python benchmarks/helper_steps.py [--quick] [--json] [-n N]
 
-Four views, all through trunner's own spawn + supervise path, on plans built
-by the real `LinuxBackend.open_jail()` with `/bin/true` as the adapter:
+Every run goes through `trunner.invocation.start` and `serve`, the functions
+`Runner` uses, on the real `LinuxBackend` with `/bin/true` as the adapter;
+a subclass only timestamps `open_jail` and the jail's `release` and, where a
+view needs it, rewrites the command. Four views:
 
- 1. timeline: the helper run with a wrapper that timestamps (CLOCK_MONOTONIC,
-    shared with the parent) interpreter start, its imports, the plan parse
-    and every setup step, then the exec of the adapter and the reap;
- 2. leave-one-out: the full plan against the same plan without one item
-    group (seccomp=, ll=, userns/netns, nproc=, ...), end to end, interleaved,
+ 1. timeline: the helper run by a wrapper that timestamps (CLOCK_MONOTONIC,
+    shared with the parent) interpreter start, its imports, the plan parse,
+    every `helper._apply` step and the exec, then the adapter's exit and reap;
+ 2. leave-one-out: the full plan against `LinuxBackend(unsafe_skip=(layer,))`
+    for each layer in `trunner.helper.SKIPPABLE`, spawn to reap, interleaved,
     so kernel work outside the helper's Python (exec under a filter, netns
-    teardown) is counted too;
- 3. imports: `python -X importtime` of the helper path (the installed
-    `trunner-worker helper` script) and of the `echo` adapter, top modules;
- 4. parent phases of one `Runner.run("echo")`, replayed step by step.
+    setup) is counted too;
+ 3. imports: `python -X importtime` of the helper stage and of the jailed
+    `echo` adapter, top modules;
+ 4. parent phases of one invocation: `Runner.run("echo")`'s calls
+    (`invocation.start`, `serve`, `judge`) timed around, next to real
+    `Runner.run` calls in the same loop.
 
 Progress goes to stderr; the tables (or, with --json, one JSON object) to stdout.
 """
@@ -35,72 +39,117 @@ from typing import Any
 
 import trio
 
+from trunner import invocation
+from trunner.helper import SKIPPABLE
 from trunner.jail import Command
 from trunner.limits import Limits
-from trunner.linux.backend import LinuxBackend
-from trunner.nursery_run import Outcome, supervise
-from trunner.runner import remove_tree
-from trunner.spawn import spawn
+from trunner.linux.backend import LinuxBackend, LinuxJail, helper_launch
+from trunner.linux.plan import environment
+from trunner.nursery_run import Outcome
+from trunner.protocol import encode_frame
 from trunner.worker import locate_worker
 
 ADAPTER = ("/bin/true",)
-#: Plan item groups removed one at a time (prefixes of the helper's argv items).
-GROUPS: dict[str, tuple[str, ...]] = {
-    "cgroup": ("cgroup=",),
-    "nproc (process count)": ("nproc=",),
-    "rlimit": ("rlimit=",),
-    "userns+netns": ("userns=", "netns="),
-    "netns only": ("netns=",),
-    "dropcaps": ("dropcaps=",),
-    "landlock (ll=)": ("ll=",),
-    "parent death": ("parent=",),
-    "seccomp": ("seccomp=",),
-}
+LIMITS = Limits()
+CAPS = invocation.Caps(wall_time_s=30.0, stdout_max_bytes=1 << 20, stderr_max_bytes=1 << 20)
+ECHO_FRAME = encode_frame(b"x" * 58)  # 64 bytes, as in spawn_latency.py
 MARK = "TRUNNER_BENCH_MARKS"
-BASE = "full - cgroup"
+FULL = "helper, full plan"
 
-# Runs in place of the worker binary, started the same way (`python -I -S`,
-# trunner found through the path given after -c's code): the same imports
-# (trunner.worker, trunner.helper), then helper.main with each step
-# timestamped; the marks go to stderr just before the exec.
+Argv = tuple[str, ...]
+now = time.perf_counter  # CLOCK_MONOTONIC, as the wrapper's perf_counter_ns
+
+# Runs in place of the worker script, started the same way (`python -I -S`,
+# trunner found through the --path dir, passed first): the same imports, then
+# helper.main with its plan parse, ctypes import, every `_apply` step and the
+# exec timestamped; the marks go to stderr just before the exec.
 WRAPPER = r"""
 import time
 _t = time.perf_counter_ns
 marks = [("start", _t())]
-import sys
+import os, sys
 sys.path.insert(0, sys.argv.pop(1))
-from trunner.worker import main as _main
+from trunner.worker import main
 marks.append(("import trunner.worker", _t()))
 from trunner import helper
 marks.append(("import trunner.helper", _t()))
-import os, sys
 
-_step = helper._step
-def step(plan, name, fn, *args):
-    _step(plan, name, fn, *args)
-    marks.append((name, _t()))
-helper._step = step
-_count = helper._count_processes
-def count(uid):
-    n = _count(uid)
-    marks.append(("process_count", _t()))
-    return n
-helper._count_processes = count
-_Plan = helper.Plan
-class Plan(_Plan):
-    def __init__(self, argv):
-        super().__init__(argv)
-        marks.append(("plan parse", _t()))
-helper.Plan = Plan
-_exec = helper._exec
-def exec_(argv):
+def after(fn, name=None):
+    def call(*args):
+        first = not helper._INSTALL
+        result = fn(*args)
+        if name != "install" or first:
+            marks.append((name or args[0], _t()))
+        return result
+    return call
+
+helper._read_plan = after(helper._read_plan, "plan parse")
+helper._install = after(helper._install, "install")
+helper._apply = after(helper._apply)
+_execv = os.execv
+def execv(path, args):
     marks.append(("exec", _t()))
-    os.write(2, ("%s %s\n" % (MARK, " ".join("%s=%d" % (n.replace(" ", "_"), t)
-                                              for n, t in marks))).encode())
-    _exec(argv)
-helper._exec = exec_
+    os.write(2, ("MARK " + ";".join("%s=%d" % m for m in marks) + "\n").encode())
+    _execv(path, args)
+os.execv = execv
 helper.main(sys.argv[2:])
-""".replace("MARK", repr(MARK))
+""".replace("MARK", MARK)
+STEP_NAMES = {"start": "interpreter start (fork+exec+init, -I -S)",
+              "install": "import trunner.linux.install (ctypes)"}
+
+
+@dataclasses.dataclass
+class TimedJail(LinuxJail):
+    at: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    async def release(self) -> None:
+        self.at["release"] = now()
+        await super().release()
+        self.at["released"] = now()
+
+
+@dataclasses.dataclass
+class BenchBackend(LinuxBackend):
+    """The real backend, timestamped (`at`: open_jail, opened, release,
+    released). `rewrite` maps the jailed command's argv; `bare` replaces
+    the jailed command with this argv, unjailed (same env and cwd)."""
+
+    rewrite: Callable[[Argv], Argv] | None = None
+    bare: Argv = ()
+    at: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str],
+                  limits: Limits) -> TimedJail:
+        self.at["open_jail"] = now()
+        if self.bare:
+            env = environment(jail_dir, self.profile.environment)
+            jail = TimedJail(Command(argv=self.bare, env=env, cwd=jail_dir), at=self.at)
+        else:
+            real = super().open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits)
+            cmd = real.command
+            if self.rewrite is not None:
+                cmd = dataclasses.replace(cmd, argv=self.rewrite(cmd.argv))
+            jail = TimedJail(cmd, real.cgroup, at=self.at)
+        self.at["opened"] = now()
+        return jail
+
+
+async def once(backend: BenchBackend, temp_root: str, adapter: Argv = ADAPTER,
+               frame: bytes = b"") -> tuple[dict[str, float], Outcome]:
+    """One invocation through invocation.start + serve; its timestamps
+    (start, open_jail, opened, started, release, released, served)."""
+    at = backend.at
+    at.clear()
+    at["start"] = now()
+    started = await invocation.start(backend, adapter, LIMITS, temp_root)
+    at["started"] = now()
+    out = await invocation.serve(started, frame, CAPS)
+    at["served"] = now()
+    if out.failure is not None or out.report is not None or out.exit_code != 0:
+        raise RuntimeError(f"{started.jail.command.argv[:2]} failed: {out.failure} "
+                           f"{out.detail} report={out.report} exit={out.exit_code} "
+                           f"stderr={bytes(out.stderr[-400:])!r}")
+    return dict(at), out
 
 
 def log(msg: str) -> None:
@@ -119,151 +168,72 @@ def pct90(xs: Sequence[float]) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-class Bench:
-    def __init__(self, temp_root: str) -> None:
-        self.worker = locate_worker()
-        self.backend = LinuxBackend(self.worker)
-        self.backend.check()
-        self.temp_root = temp_root
-        self.venv_python = os.path.join(os.path.dirname(self.worker), "python")
-        self.real_python = os.path.realpath(sys.executable)
-
-    async def run(self, build: Callable[[tuple[str, ...]], tuple[str, ...]] | None,
-                  *, argv: tuple[str, ...] = (), stdin: bytes = b"",
-                  stderr_max: int = 64 * 1024) -> tuple[float, float, Outcome]:
-        """One spawn through trunner.spawn + supervise; returns (spawn time,
-        reap time, outcome). With `build`, the command is the real jailed
-        command for ADAPTER, its argv passed through `build` (fresh jail dir
-        and cgroup, released after); otherwise `argv` runs bare in a temp dir."""
-        jail_dir = tempfile.mkdtemp(prefix="trunner-", dir=self.temp_root)
-        jail = None
-        try:
-            if build is not None:
-                jail = self.backend.open_jail(jail_dir=jail_dir, adapter_argv=ADAPTER,
-                                              limits=Limits())
-                cmd = dataclasses.replace(jail.command, argv=build(jail.command.argv))
-            else:
-                env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": jail_dir,
-                       "TMPDIR": jail_dir, "LANG": "C.UTF-8"}
-                cmd = Command(argv=argv, env=env, cwd=jail_dir)
-            t0 = time.perf_counter()
-            child = await spawn(cmd)
-            out = await supervise(child, stdin, deadline=trio.current_time() + 30,
-                                  stdout_max_bytes=1 << 20, stderr_max_bytes=stderr_max)
-            t1 = time.perf_counter()
-        finally:
-            if jail is not None:
-                with trio.CancelScope(shield=True):
-                    await jail.release()
-            remove_tree(jail_dir)
-        if out.failure is not None or out.exit_code != 0:
-            raise RuntimeError(f"{cmd.argv[:2]} failed: {out.failure} {out.detail} "
-                               f"exit={out.exit_code} stderr={bytes(out.stderr[-400:])!r}")
-        return t0, t1, out
-
-
-def _plan_bounds(argv: tuple[str, ...]) -> tuple[int, int]:
-    """Where the plan items start (after `helper`) and end (at `--`)."""
-    return argv.index("helper") + 1, argv.index("--")
-
-
-def without(prefixes: tuple[str, ...]) -> Callable[[tuple[str, ...]], tuple[str, ...]]:
-    def build(argv: tuple[str, ...]) -> tuple[str, ...]:
-        start, split = _plan_bounds(argv)
-        keep = [a for a in argv[start:split] if not a.startswith(prefixes)]
-        return (*argv[:start], *keep, *argv[split:])
-    return build
-
-
-def only_env(argv: tuple[str, ...]) -> tuple[str, ...]:
-    start, split = _plan_bounds(argv)
-    return (*argv[:start], *(a for a in argv[start:split] if a.startswith("env=")),
-            *argv[split:])
-
-
-def full(argv: tuple[str, ...]) -> tuple[str, ...]:
-    return argv
+def summary(xs: Sequence[float]) -> dict[str, float]:
+    return {"ms_p50": med(xs), "ms_min": min(xs), "ms_p90": pct90(xs)}
 
 
 # -- 1. timeline ---------------------------------------------------------------
 
 
-async def timeline(b: Bench, n: int) -> list[dict[str, Any]]:
-    def wrapped(argv: tuple[str, ...]) -> tuple[str, ...]:
-        start, _ = _plan_bounds(argv)
-        trunner_dir = argv[argv.index("--path") + 1]
-        return (b.venv_python, "-I", "-S", "-c", WRAPPER, trunner_dir, *argv[start - 1:])
+def run_wrapper(argv: Argv) -> Argv:
+    """(python, -I, -S, worker, --path, DIR, helper, ...) -> the same
+    interpreter and flags on WRAPPER, DIR first, then `helper ...`."""
+    i = argv.index("--path")
+    return (*argv[:i - 1], "-c", WRAPPER, argv[i + 1], *argv[i + 2:])
 
+
+async def timeline(worker: str, tmp: str, n: int) -> list[dict[str, Any]]:
+    backend = BenchBackend(worker, rewrite=run_wrapper)
     per: dict[str, list[float]] = {}
-    order: list[str] = []
-    for _ in range(n + 1):  # the first is a warm-up
-        t0, t1, out = await b.run(wrapped)
-        line = next(x for x in bytes(out.stderr).decode().splitlines() if x.startswith(MARK))
-        marks = [(k, int(v) / 1e9) for k, v in (i.split("=") for i in line.split()[1:])]
-        prev = t0
-        steps = [("interpreter start (fork+exec+init, -I -S)", marks[0][1])]
-        steps += [(name.replace("_", " ") if name.startswith("import") else name, t)
-                  for name, t in marks[1:]]
-        steps.append(("exec adapter, exit, reap", t1))
-        if not order:
-            order = [s for s, _ in steps]
-        for name, t in steps:
-            per.setdefault(name, []).append(1e3 * (t - prev))
+    for i in range(n + 1):  # the first is a warm-up
+        at, out = await once(backend, tmp)
+        line = next(x for x in out.stderr.decode().splitlines() if x.startswith(MARK))
+        marks = [(STEP_NAMES.get(k, k), int(v) / 1e9) for k, v in
+                 (m.rsplit("=", 1) for m in line[len(MARK) + 1:].split(";"))]
+        marks.append(("exec adapter, exit, reap", at["release"]))
+        prev = at["opened"]  # spawn() is called next
+        for name, t in marks:
+            if i:
+                per.setdefault(name, []).append(1e3 * (t - prev))
             prev = t
-        per.setdefault("total", []).append(1e3 * (t1 - t0))
-    per.pop("total")
-    rows = [{"step": s, "ms_p50": med(per[s][1:]), "ms_min": min(per[s][1:]),
-             "ms_p90": pct90(per[s][1:])} for s in order]
-    return rows
+    return [{"step": name, **summary(xs)} for name, xs in per.items()]
 
 
-# -- 2. leave-one-out --------------------------------------------------------------
+# -- 2. leave-one-out ----------------------------------------------------------
 
 
-async def leave_one_out(b: Bench, n: int) -> dict[str, Any]:
-    """Floors, the helper with env= items only, the full plan, the full plan
-    without its cgroup, and that base without one more group. The cgroup join
-    waits 0 to ~20 ms (an RCU grace period, depending on the last migration),
-    which would swamp the other groups' millisecond differences; so they are
-    taken off the base without it."""
-    base = GROUPS["cgroup"]
-    variants: dict[str, Callable[[], Any]] = {
-        "/bin/true (spawn floor)": lambda: b.run(None, argv=("/bin/true",)),
-        "python -I -S -c pass": lambda: b.run(None, argv=(b.real_python, "-I", "-S", "-c",
-                                                          "pass")),
-        "venv python -c pass (site)": lambda: b.run(None, argv=(b.venv_python, "-c", "pass")),
-        "helper, env= items only": lambda: b.run(only_env),
-        "helper, full plan": lambda: b.run(full),
-        BASE: lambda: b.run(without(base)),
+async def leave_one_out(worker: str, tmp: str, n: int) -> dict[str, Any]:
+    """Floors, the full plan, the full plan without each skippable layer
+    and without all of them; interleaved, the first variant rotating."""
+    python = os.path.realpath(sys.executable)
+    venv_python = os.path.join(os.path.dirname(worker), "python")
+    variants = {
+        "/bin/true (spawn floor)": BenchBackend(worker, bare=("/bin/true",)),
+        "python -I -S -c pass": BenchBackend(worker, bare=(python, "-I", "-S", "-c", "pass")),
+        "venv python -c pass (site)": BenchBackend(worker, bare=(venv_python, "-c", "pass")),
+        FULL: BenchBackend(worker),
     }
-    for name, prefixes in GROUPS.items():
-        if name != "cgroup":
-            variants[f"{BASE} - {name}"] = (lambda p=prefixes: b.run(without(base + p)))
+    for layer in SKIPPABLE:
+        variants[f"full - {layer}"] = BenchBackend(worker, unsafe_skip=(layer,))
+    variants["full - every skippable layer"] = BenchBackend(worker, unsafe_skip=SKIPPABLE)
     times: dict[str, list[float]] = {k: [] for k in variants}
     names = list(variants)
-    for i in range(n + 1):
+    for i in range(n + 1):  # the first round is a warm-up
         k = i % len(names)
         for name in names[k:] + names[:k]:
-            t0, t1, _ = await variants[name]()
+            at, _ = await once(variants[name], tmp)
             if i:
-                times[name].append(1e3 * (t1 - t0))
+                times[name].append(1e3 * (at["release"] - at["opened"]))
         if (i + 1) % max(1, (n + 1) // 4) == 0:
             log(f"  leave-one-out: {i + 1}/{n + 1}")
-    p50 = {name: med(times[name]) for name in names}
-    rows = []
-    for name in names:
-        if name == BASE:
-            saves = p50["helper, full plan"] - p50[name]
-        elif name.startswith(BASE + " - "):
-            saves = p50[BASE] - p50[name]
-        else:
-            saves = None
-        rows.append({"variant": name, "ms_p50": p50[name], "ms_min": min(times[name]),
-                     "ms_p90": pct90(times[name]), "saves_ms": saves})
-    return {"rows": rows, "full_p50_ms": p50["helper, full plan"]}
+    full = med(times[FULL])
+    rows = [{"variant": name, **summary(xs),
+             "saves_ms": full - med(xs) if name.startswith("full - ") else None}
+            for name, xs in times.items()]
+    return {"rows": rows, "full_p50_ms": full}
 
 
-# -- 3. imports ----------------------------------------------------------------------
+# -- 3. imports ----------------------------------------------------------------
 
 
 def parse_importtime(stderr: str) -> dict[str, tuple[int, int, int]]:
@@ -278,38 +248,36 @@ def parse_importtime(stderr: str) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-async def imports(b: Bench, n: int) -> dict[str, Any]:
-    from trunner.protocol import encode_frame
-
-    def helper_importtime(argv: tuple[str, ...]) -> tuple[str, ...]:
-        # argv is (interpreter, -I, -S, worker, ...): add -X importtime after it.
+async def imports(worker: str, tmp: str, n: int) -> dict[str, Any]:
+    def importtime(argv: Argv) -> Argv:
         return (argv[0], "-X", "importtime", *argv[1:])
 
+    backend = BenchBackend(worker)
+    # The adapter stage as the helper execs it (the worker's shebang
+    # interpreter, with site), with -X importtime.
+    echo = importtime((helper_launch(worker)[0], worker, "echo"))
     paths: dict[str, Callable[[], Any]] = {
         "helper (trunner-worker helper, full plan)":
-            lambda: b.run(helper_importtime, stderr_max=1 << 20),
-        "echo adapter (trunner-worker echo, no jail)":
-            lambda: b.run(None, argv=(b.venv_python, "-X", "importtime", b.worker, "echo"),
-                          stdin=encode_frame(b"x" * 58), stderr_max=1 << 20),
+            lambda: once(BenchBackend(worker, rewrite=importtime), tmp),
+        "echo adapter (trunner-worker echo, jailed)":
+            lambda: once(backend, tmp, adapter=echo, frame=ECHO_FRAME),
     }
     result: dict[str, Any] = {}
     for label, fn in paths.items():
         runs = []
         for _ in range(n + 1):
-            _, _, out = await fn()
-            runs.append(parse_importtime(bytes(out.stderr).decode(errors="replace")))
+            _, out = await fn()
+            runs.append(parse_importtime(out.stderr.decode(errors="replace")))
         runs = runs[1:]
-        names = set().union(*runs)
         agg = {name: (med([r[name][0] for r in runs if name in r]),
                       med([r[name][1] for r in runs if name in r]),
-                      runs[0].get(name, (0, 0, 0))[2]) for name in names}
-        total_us = sum(a[0] for a in agg.values())
+                      runs[0].get(name, (0, 0, 0))[2]) for name in set().union(*runs)}
         top_self = sorted(agg.items(), key=lambda kv: -kv[1][0])[:10]
         top_level = sorted(((k, v) for k, v in agg.items() if v[2] == 0),
                            key=lambda kv: -kv[1][1])[:8]
         result[label] = {
             "modules": len(agg),
-            "total_ms": total_us / 1e3,
+            "total_ms": sum(a[0] for a in agg.values()) / 1e3,
             "top_self": [{"module": k, "self_ms": v[0] / 1e3, "cumulative_ms": v[1] / 1e3}
                          for k, v in top_self],
             "top_level": [{"module": k, "cumulative_ms": v[1] / 1e3} for k, v in top_level],
@@ -317,71 +285,63 @@ async def imports(b: Bench, n: int) -> dict[str, Any]:
     return result
 
 
-# -- 4. parent phases ------------------------------------------------------------------
+# -- 4. parent phases ----------------------------------------------------------
+
+#: (label, from, to) over the timestamps of `parent_phases`.
+PHASES = (
+    ("resolve mode + encode frame", "begin", "encoded"),
+    ("rules_version (cached)", "encoded", "start"),
+    ("start: mkdtemp (jail dir)", "start", "open_jail"),
+    ("start: open_jail (plan, cgroup mkdir)", "open_jail", "opened"),
+    ("start: spawn (fork+exec, spawn thread)", "opened", "started"),
+    ("serve: supervise (helper + echo, reap)", "started", "release"),
+    ("serve: release (cgroup rmdir)", "release", "released"),
+    ("serve: remove jail dir", "released", "served"),
+    ("judge (decode frame)", "served", "judged"),
+    ("total (timed calls)", "begin", "judged"),
+)
 
 
-async def parent_phases(temp_root: str, n: int) -> dict[str, Any]:
-    """Runner.run("echo") replayed phase by phase (as in Runner._invoke), next
-    to real Runner.run calls, interleaved."""
-    from trunner.protocol import encode_frame
-    from trunner.runner import Runner, judge
+async def parent_phases(worker: str, tmp: str, n: int) -> dict[str, Any]:
+    """The calls of `Runner.run("echo")` (runner.py `_run`), each timed, on
+    the timestamped backend; then a real `Runner.run` on a plain one."""
+    from trunner.runner import Runner
 
-    runner = Runner(temp_root=temp_root)
+    runner = Runner(temp_root=tmp, worker=worker)
+    backend = BenchBackend(worker)
     payload = b"x" * 58
-    phases: dict[str, list[float]] = {}
+    phases: dict[str, list[float]] = {label: [] for label, _, _ in PHASES}
     real: list[float] = []
-    marks: list[tuple[str, float]] = []
-
-    def mark(name: str) -> None:
-        marks.append((name, time.perf_counter()))
-
-    for i in range(n + 1):
-        limits = runner.limits
-        marks.clear()
-        mark("")
-        adapter_argv = (runner.worker, runner.resolve_mode("echo"))
+    for i in range(n + 1):  # the first is a warm-up
+        at = backend.at
+        at.clear()
+        at["begin"] = now()
+        adapter = (worker, runner.resolve_mode("echo"))
         frame = encode_frame(payload)
-        mark("resolve mode + encode frame")
-        runner.rules_version(limits)
-        mark("rules_version (ruleset, BPF, BLAKE3)")
-        jail_dir = tempfile.mkdtemp(prefix="trunner-", dir=temp_root)
-        mark("mkdtemp (jail dir)")
-        try:
-            jail = runner.backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv,
-                                            limits=limits)
-            mark("open_jail (plan, cgroup mkdir)")
-            try:
-                child = await spawn(jail.command)
-                mark("spawn (fork+exec, spawn thread)")
-                outcome = await supervise(child, frame,
-                                          deadline=trio.current_time() + limits.wall_time_s,
-                                          stdout_max_bytes=limits.stdout_max_bytes,
-                                          stderr_max_bytes=limits.stderr_max_bytes)
-                mark("supervise (helper + echo adapter, reap)")
-            finally:
-                with trio.CancelScope(shield=True):
-                    await jail.release()
-                mark("release (cgroup rmdir)")
-        finally:
-            remove_tree(jail_dir)
-            mark("remove jail dir")
-        if judge(outcome, limits) != payload:
-            raise RuntimeError("echo replay: wrong reply")
-        mark("judge (decode frame)")
-        t0 = time.perf_counter()
+        at["encoded"] = now()
+        runner.rules_version(LIMITS)
+        at["start"] = now()
+        started = await invocation.start(backend, adapter, LIMITS, tmp)
+        at["started"] = now()
+        out = await invocation.serve(started, frame, invocation.Caps.of(LIMITS))
+        at["served"] = now()
+        reply = invocation.judge(out, backend, LIMITS.stdout_max_bytes)
+        at["judged"] = now()
+        if reply != payload:
+            raise RuntimeError(f"echo: wrong reply {reply!r}")
+        t0 = now()
         await runner.run("echo", payload)
-        t1 = time.perf_counter()
+        t1 = now()
         if i:
             real.append(1e3 * (t1 - t0))
-            for (_, a), (name, b) in zip(marks, marks[1:], strict=False):
-                phases.setdefault(name, []).append(1e3 * (b - a))
-            phases.setdefault("total (replay)", []).append(1e3 * (marks[-1][1] - marks[0][1]))
+            for label, a, b in PHASES:
+                phases[label].append(1e3 * (at[b] - at[a]))
     rows = [{"phase": k, "ms_p50": med(v)} for k, v in phases.items()]
     rows.append({"phase": "Runner.run (real, same loop)", "ms_p50": med(real)})
     return {"rows": rows}
 
 
-# -- report -------------------------------------------------------------------------------
+# -- report --------------------------------------------------------------------
 
 
 def render(report: dict[str, Any]) -> str:
@@ -394,14 +354,12 @@ def render(report: dict[str, Any]) -> str:
     L.append("")
     L.append("1. timeline of one jailed spawn (ms per step; the helper wrapped to timestamp)")
     L.append(f"   {'':<44} {'p50':>8} {'min':>8} {'p90':>8}")
-    total = 0.0
     for r in report["timeline"]:
-        total += r["ms_p50"]
         L.append(f"   {r['step']:<44} {r['ms_p50']:8.2f} {r['ms_min']:8.2f} {r['ms_p90']:8.2f}")
-    L.append(f"   {'sum of p50s':<44} {total:8.2f}")
+    L.append(f"   {'sum of p50s':<44} {sum(r['ms_p50'] for r in report['timeline']):8.2f}")
     L.append("")
-    L.append("2. end to end, spawn to reap (ms), interleaved; 'saves' = p50 of the plan it is")
-    L.append("   taken from minus its own p50 (groups are taken from the plan without cgroup)")
+    L.append("2. spawn to reap (ms), interleaved; 'saves' = p50 of the full plan minus its own")
+    L.append("   p50 (the layer left out with LinuxBackend(unsafe_skip=(layer,)))")
     L.append(f"   {'':<44} {'p50':>8} {'min':>8} {'p90':>8} {'saves':>8}")
     for r in report["leave_one_out"]["rows"]:
         saves = "" if r["saves_ms"] is None else f" {r['saves_ms']:8.2f}"
@@ -416,7 +374,7 @@ def render(report: dict[str, Any]) -> str:
         L.append("     top by self time:       " + ", ".join(
             f"{x['module']} {x['self_ms']:.1f}" for x in r["top_self"]))
     L.append("")
-    L.append("4. parent phases of Runner.run('echo') (p50 ms)")
+    L.append("4. parent phases of Runner.run('echo'), its invocation calls timed (p50 ms)")
     for r in report["parent_phases"]["rows"]:
         L.append(f"   {r['phase']:<44} {r['ms_p50']:8.2f}")
     return "\n".join(L)
@@ -427,16 +385,17 @@ async def bench(n: int) -> dict[str, Any]:
 
     started = time.perf_counter()
     load_start = os.getloadavg()[0]
+    worker = locate_worker()
+    LinuxBackend(worker).check()
     with tempfile.TemporaryDirectory(prefix="trunner-bench-") as tmp:
-        b = Bench(tmp)
         log("timeline ...")
-        tl = await timeline(b, n)
+        tl = await timeline(worker, tmp, n)
         log("leave-one-out ...")
-        loo = await leave_one_out(b, n)
+        loo = await leave_one_out(worker, tmp, n)
         log("imports ...")
-        imp = await imports(b, max(3, n // 4))
+        imp = await imports(worker, tmp, max(3, n // 4))
         log("parent phases ...")
-        pp = await parent_phases(tmp, n)
+        pp = await parent_phases(worker, tmp, n)
         if os.listdir(tmp):
             raise RuntimeError(f"jail dirs left behind: {os.listdir(tmp)}")
     return {
@@ -455,7 +414,7 @@ async def bench(n: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a few runs per variant (~10 s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
     parser.add_argument("-n", type=int, help="measured runs per variant")
