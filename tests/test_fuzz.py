@@ -168,7 +168,9 @@ def test_mutated_frames_give_a_value_or_a_named_reason(data: bytes, cap: int) ->
 )
 def test_mutated_typed_frames_give_the_type_or_a_named_reason(data: bytes, cap: int) -> None:
     out = decode_or_reason(data, ExecResult, max_body_bytes=cap)
-    assert isinstance(out, (ExecResult, RunnerError))
+    # decode_or_reason checked any error's reason; an accepted result must round-trip.
+    if not isinstance(out, RunnerError):
+        assert decode_single_frame(encode_frame(out), ExecResult) == out
 
 
 @FUZZ
@@ -255,7 +257,6 @@ def test_untrusted_config_of_any_shape_is_limits_or_value_error(data: dict[Any, 
         limits = Limits.from_mapping(data)
     except ValueError:
         return
-    assert isinstance(limits, Limits)
     assert set(data) <= set(FIELDS)
     fields = msgspec.structs.asdict(limits)
     # Every constraint holds: built in code and converted again, it is the same.

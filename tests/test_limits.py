@@ -13,8 +13,17 @@ from trunner.limits import PRESETS, Limits
 
 def test_defaults_and_presets_are_valid() -> None:
     assert Limits().wall_time_s == 10.0
+    assert set(PRESETS) == {"default", "quick", "tool", "bulk"}  # the names README documents
+    assert PRESETS["default"] == Limits()
+    default = msgspec.structs.asdict(Limits())
     for name, preset in PRESETS.items():
-        assert isinstance(preset, Limits), name
+        fields = msgspec.structs.asdict(preset)
+        # What config can say, a preset says: the untrusted path accepts it unchanged.
+        assert Limits.from_mapping(fields) == preset, name
+        if name == "quick":  # "tight everything"
+            assert all(fields[f] <= default[f] for f in fields), fields
+        elif name in ("tool", "bulk"):  # more room than the default, never less
+            assert all(fields[f] >= default[f] for f in fields), (name, fields)
 
 
 @pytest.mark.parametrize(
