@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -46,9 +47,15 @@ async def test_frame_violations(runner: Runner, mode: str, reason: Reason) -> No
 
 async def test_huge_length_prefix_is_oversized_without_allocating(runner: Runner) -> None:
     limits = runner.limits.replace(stdout_max_bytes=1 * KiB)
-    e = await fails(runner, "children:huge_length", limits=limits)
+    tracemalloc.start()
+    try:
+        e = await fails(runner, "children:huge_length", limits=limits)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
     assert e.reason is Reason.OVERSIZED_FRAME
     assert str(2**32 - 1) in e.detail
+    assert peak < 16 * 1024 * KiB, peak  # the header declares 4 GiB
 
 
 async def test_frame_then_exit_1_is_nonzero_exit(runner: Runner) -> None:
@@ -152,15 +159,27 @@ async def test_caller_cancellation_kills_group_and_removes_jail(
     assert not jail_dirs[0].exists()
 
 
-async def test_unknown_mode_is_refused_before_spawn(runner: Runner) -> None:
+@pytest.fixture
+def unspawnable(jail_root: Path) -> Runner:
+    """A runner that fails `spawn_failed` as soon as it makes a jail dir or spawns."""
+    return Runner(temp_root=str(jail_root / "missing"), worker="/nonexistent/trunner-worker")
+
+
+async def test_unknown_mode_is_refused_before_spawn(runner: Runner, unspawnable: Runner) -> None:
+    assert (await fails(unspawnable, "echo", 1)).reason is Reason.SPAWN_FAILED  # the control
     for mode in ("nope", "no_such_module_xyz:fn", "bad spec:"):
-        e = await fails(runner, mode)
-        assert e.reason is Reason.UNKNOWN_MODE
+        for r in (runner, unspawnable):
+            e = await fails(r, mode)
+            assert e.reason is Reason.UNKNOWN_MODE, (mode, e.reason, e.detail)
 
 
-async def test_unencodable_request_is_refused_before_spawn(runner: Runner) -> None:
-    e = await fails(runner, "echo", object())
-    assert e.reason is Reason.BAD_REQUEST
+async def test_unencodable_request_is_refused_before_spawn(
+    runner: Runner, unspawnable: Runner
+) -> None:
+    assert (await fails(unspawnable, "echo", 1)).reason is Reason.SPAWN_FAILED  # the control
+    for r in (runner, unspawnable):
+        e = await fails(r, "echo", object())
+        assert e.reason is Reason.BAD_REQUEST, (e.reason, e.detail)
 
 
 def test_invalid_limits_are_refused() -> None:
