@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +13,8 @@ import pytest
 from support import group_alive as group_alive, is_alive as is_alive
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from trunner import Runner
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -18,7 +18,6 @@ import hashlib
 import os
 import signal
 import textwrap
-from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -27,6 +26,8 @@ import trio
 from trunner import Reason, RunnerError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from trunner import Runner
 
 # Prelude for child snippets: `attempt(fn)` returns the errno name or "OK:<value>".
@@ -49,8 +50,10 @@ def assert_carries_no_output(e: RunnerError) -> None:
     assert not OUTPUT_NAMES & set(fields), fields
     values = [*fields.values(), *e.args]
     assert not any(isinstance(v, (bytes, bytearray, memoryview)) for v in values), values
-    assert len(e.args) == 1 and isinstance(e.args[0], str), e.args
-    assert isinstance(e.reason, Reason) and isinstance(e.detail, str), fields
+    assert len(e.args) == 1, e.args
+    assert isinstance(e.args[0], str), e.args
+    assert isinstance(e.reason, Reason), fields
+    assert isinstance(e.detail, str), fields
 
 
 async def fails(runner: Runner, mode: str, request: Any = None, **kw: Any) -> RunnerError:

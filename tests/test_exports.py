@@ -13,7 +13,6 @@ import pytest
 
 import trunner
 
-
 #: The public API (README, STYLE.md P16). A change here is an API change.
 PUBLIC = {
     "ExecRequest", "ExecResult", "Limits", "PROCESS_COUNT_EXIT", "Reason", "Result", "Runner",

@@ -17,7 +17,6 @@ import trio
 from conftest import TESTS_DIR, child_pids
 from support import (
     denied,
-    fails,
     is_alive,
     is_jailed,
     proc_status,
@@ -33,7 +32,8 @@ from trunner.linux import probe_host
 def test_doctor_says_this_host_can_run() -> None:
     host = probe_host()
     assert host.can_run, host.refusal_detail
-    assert host.landlock_abi >= 6 and host.seccomp_filter
+    assert host.landlock_abi >= 6
+    assert host.seccomp_filter
     out = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "trunner"), "doctor", "--json"],
         capture_output=True, timeout=60,
@@ -109,7 +109,8 @@ async def test_reading_a_file_outside_fails(runner: Runner, tmp_path: Path) -> N
     """)
     assert result[:5] == ["EACCES"] * 5
     assert result[5] in ("EACCES", "ENOENT")
-    assert "top secret" not in repr(result) and "root:" not in repr(result)
+    assert "top secret" not in repr(result)
+    assert "root:" not in repr(result)
 
 
 @pytest.mark.parametrize("where", ["/tmp", "/dev/shm", "/var/tmp", "TEST_TMP"])
@@ -377,8 +378,8 @@ def test_unprivileged_path_where_the_interpreter_is_reachable(tmp_path: Path) ->
     root = tempfile.mkdtemp(prefix="trunner-unpriv-", dir="/tmp")
     os.chmod(root, 0o777)
     code = (
-        "import trio; from trunner import Runner; r = Runner(temp_root=%r);"
-        "print(r.backend.probe().process_limit, trio.run(r.run, 'echo', 7).response)" % root
+        f"import trio; from trunner import Runner; r = Runner(temp_root={root!r});"
+        "print(r.backend.probe().process_limit, trio.run(r.run, 'echo', 7).response)"
     )
     try:
         out = subprocess.run(

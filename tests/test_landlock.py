@@ -13,10 +13,11 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import trunner.landlock as ll
 
@@ -77,7 +78,7 @@ def test_access_for_abi(abi: int, fs: int, net: int, scope: int) -> None:
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.0, "7", None])
 def test_bad_abi_rejected(bad: object) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid Landlock ABI"):
         ll.fs_access_for_abi(bad)  # type: ignore[arg-type]
 
 
@@ -175,21 +176,21 @@ def test_plan_clamps_future_abi() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "match"),
     [
-        {"read_exec": [""]},
-        {"read_only": ["/a\0b"]},
-        {"read_write": "/tmp"},  # a str, not a list of paths
-        {"read_only": [b"/bytes"]},
-        {"connect_tcp_ports": [65536]},
-        {"connect_tcp_ports": [-1]},
-        {"connect_tcp_ports": [True]},
-        {"connect_tcp_ports": ["80"]},
+        ({"read_exec": [""]}, "must be a non-empty str"),
+        ({"read_only": ["/a\0b"]}, "contains NUL"),
+        ({"read_write": "/tmp"}, "got the str"),  # a str, not a list of paths
+        ({"read_only": [b"/bytes"]}, "must be a non-empty str"),
+        ({"connect_tcp_ports": [65536]}, "invalid TCP port 65536"),
+        ({"connect_tcp_ports": [-1]}, "invalid TCP port -1"),
+        ({"connect_tcp_ports": [True]}, "invalid TCP port True"),
+        ({"connect_tcp_ports": ["80"]}, "invalid TCP port '80'"),
     ],
 )
-def test_plan_rejects_bad_input(kwargs: dict) -> None:
-    args = {"read_exec": [], "read_only": [], "read_write": [], **kwargs}
-    with pytest.raises(ValueError):
+def test_plan_rejects_bad_input(kwargs: dict[str, object], match: str) -> None:
+    args: dict[str, Any] = {"read_exec": [], "read_only": [], "read_write": [], **kwargs}
+    with pytest.raises(ValueError, match=match):
         ll.plan_ruleset(7, **args)
 
 
@@ -197,7 +198,8 @@ def test_ruleset_behaves_like_a_namedtuple() -> None:
     r = ll.Ruleset(abi=6, handled_fs=1, handled_net=0, scoped=3, path_rules=(), port_rules=())
     assert r == (6, 1, 0, 3, (), ())
     assert r._fields == ("abi", "handled_fs", "handled_net", "scoped", "path_rules", "port_rules")
-    assert r._replace(abi=7).abi == 7 and r.abi == 6
+    assert r._replace(abi=7).abi == 7
+    assert r.abi == 6
     assert r._asdict()["scoped"] == 3
     assert ll.Ruleset._make(list(r)) == r
     assert pickle.loads(pickle.dumps(r)) == r
@@ -208,7 +210,7 @@ def test_ruleset_behaves_like_a_namedtuple() -> None:
         r.abi = 5  # type: ignore[misc]
     with pytest.raises(TypeError):
         ll.Ruleset(1, 2, 3)  # type: ignore[call-arg]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unexpected field names"):
         r._replace(nope=1)
 
 
@@ -233,7 +235,7 @@ def test_encode_decode_round_trip() -> None:
     assert all(isinstance(a, str) and "\0" not in a for a in args)
     assert len(args) == 1 + len(WEIRD_PATHS) + 3
     assert args[0] == f"h:7:{0xFFFF}:3:3:{len(args) - 1}"
-    assert "p:%d:/tmp/a:b" % ll.rx_access(7) in args
+    assert f"p:{ll.rx_access(7)}:/tmp/a:b" in args
     assert "n:2:65535" in args
     back = ll.decode_ruleset(args)
     assert back == r
@@ -269,36 +271,39 @@ def test_encode_decode_round_trip_minimal_and_old_abi() -> None:
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "match"),
     [
-        [],
-        ["h:7:65535:3:3"],  # no count
-        ["h:7:65535:3:3:1"],  # announces a rule that is missing
-        ["h:7:65535:3:3:0", "p:4:/x"],  # extra rule (truncated/concatenated argv)
-        ["x:7:65535:3:3:0"],
-        ["h:+7:65535:3:3:0"],
-        ["h:7: 65535:3:3:0"],
-        ["h:7:65_535:3:3:0"],
-        ["h:٧:65535:3:3:0"],  # non-ASCII digit
-        ["h:0:65535:3:3:0"],  # ABI 0
-        ["h:7:0:3:3:0"],  # nothing handled
-        ["h:7:131071:3:3:0"],  # fs bit unknown to ABI 7
-        ["h:3:65535:0:0:0"],  # IOCTL_DEV not in ABI 3
-        ["h:3:32767:3:0:0"],  # net in ABI 3
-        ["h:5:65535:3:3:0"],  # scopes in ABI 5
-        ["h:7:65535:3:3:1", "p:4"],
-        ["h:7:65535:3:3:1", "p:4:relative"],
-        ["h:7:65535:3:3:1", "p:0:/x"],  # empty access
-        ["h:7:4:3:3:1", "p:8:/x"],  # access not within handled_fs
-        ["h:7:65535:3:3:1", "n:2:65536"],
-        ["h:7:65535:3:3:1", "n:2:-1"],
-        ["h:7:65535:3:3:1", "n:4:80"],  # not a net right
-        ["h:7:65535:0:3:1", "n:2:80"],  # port rule without handled net
-        ["h:7:65535:3:3:1", "q:2:80"],
+        ([], "empty encoded"),
+        (["h:7:65535:3:3"], "header: 'h:7:65535:3:3'"),  # no count
+        (["h:7:65535:3:3:1"], "announces 1 rules, has 0"),  # announces a rule that is missing
+        # extra rule (truncated/concatenated argv)
+        (["h:7:65535:3:3:0", "p:4:/x"], "announces 0 rules, has 1"),
+        (["x:7:65535:3:3:0"], "header: 'x:7"),
+        (["h:+7:65535:3:3:0"], "header field .*'\\+7'"),
+        (["h:7: 65535:3:3:0"], "header field .*' 65535'"),
+        (["h:7:65_535:3:3:0"], "header field .*'65_535'"),
+        (["h:٧:65535:3:3:0"], "header field"),  # non-ASCII digit  # noqa: RUF001
+        (["h:0:65535:3:3:0"], "invalid Landlock ABI 0"),  # ABI 0
+        (["h:7:0:3:3:0"], "handled_fs is empty"),  # nothing handled
+        (["h:7:131071:3:3:0"], "0x1ffff has bits unknown to ABI 7"),  # fs bit unknown to ABI 7
+        (["h:3:65535:0:0:0"], "0xffff has bits unknown to ABI 3"),  # IOCTL_DEV not in ABI 3
+        (["h:3:32767:3:0:0"], "handled_net 0x3 has bits unknown to ABI 3"),  # net in ABI 3
+        (["h:5:65535:3:3:0"], "scoped 0x3 has bits unknown to ABI 5"),  # scopes in ABI 5
+        (["h:7:65535:3:3:1", "p:4"], "rule: 'p:4'"),
+        (["h:7:65535:3:3:1", "p:4:relative"], "must be absolute: 'relative'"),
+        (["h:7:65535:3:3:1", "p:0:/x"], "invalid access 0 for '/x'"),  # empty access
+        (["h:7:4:3:3:1", "p:8:/x"], "not within handled_fs"),  # access not within handled_fs
+        (["h:7:65535:3:3:1", "n:2:65536"], "invalid TCP port 65536"),
+        (["h:7:65535:3:3:1", "n:2:-1"], "bad port .*'-1'"),
+        # not a net right
+        (["h:7:65535:3:3:1", "n:4:80"], "0x4 for port 80 is not within handled_net"),
+        # port rule without handled net
+        (["h:7:65535:0:3:1", "n:2:80"], "0x2 for port 80 is not within handled_net"),
+        (["h:7:65535:3:3:1", "q:2:80"], "rule: 'q:2:80'"),
     ],
 )
-def test_decode_rejects_malformed(args: list[str]) -> None:
-    with pytest.raises(ValueError):
+def test_decode_rejects_malformed(args: list[str], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
         ll.decode_ruleset(args)
 
 
@@ -612,7 +617,7 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env():  # type: ignore[no-untyped-def]
+def env() -> Iterator[Env]:
     e = Env()
     yield e
     e.close()

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 import tracemalloc
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -16,6 +16,9 @@ from conftest import child_pids, watch_children
 from support import fails, group_alive, ignores, is_alive, is_jailed, wait_jailed, wait_status
 from trunner import ExecResult, Limits, Reason, Runner, RunnerError
 from trunner.protocol import encode_frame
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 KiB = 1024
 

@@ -7,9 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -17,6 +17,9 @@ import trio
 from conftest import child_pids
 from support import denied, is_alive, proc_status, run_code, syscall_denied, wait_jailed
 from trunner import Reason, Runner
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 # A host process of the test's uid, outside any jail: it answers SIGUSR1 with a line.
 # (os.write, not print: the handler may run while the main thread is still writing.)
@@ -158,7 +161,8 @@ async def test_clone3_namespace_smuggling(runner: Runner) -> None:
     result = await run_code(runner, """
         import ctypes, struct
         libc = ctypes.CDLL(None, use_errno=True)
-        args = ctypes.create_string_buffer(struct.pack("<11Q", 0x10000000, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0), 88)
+        clone_args = struct.pack("<11Q", 0x10000000, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0)
+        args = ctypes.create_string_buffer(clone_args, 88)
         rc = libc.syscall(435, args, 88)
         if rc == 0:
             os._exit(0)
@@ -176,13 +180,16 @@ async def test_tiocsti_terminal_injection(runner: Runner, fd: int, request_code:
         c = ctypes.c_char(b"!")
         ctypes.CDLL(None).syscall(16, {fd}, ctypes.c_ulong({request_code}), ctypes.byref(c))
     """)
-    assert e.reason is Reason.SYSCALL_DENIED and e.signal == signal.SIGSYS, e.detail
+    assert e.reason is Reason.SYSCALL_DENIED, e.detail
+    assert e.signal == signal.SIGSYS, e.detail
     assert "(ioctl)" in e.detail or "number not logged" in e.detail
 
 
 async def test_ordinary_ioctl_still_answers_enotty(runner: Runner) -> None:
     """Control for TIOCSTI: a harmless tty ioctl on the pipes gets ENOTTY, not a terminal."""
-    result = await run_code(runner, "result = [attempt(lambda: os.tcgetpgrp(fd)) for fd in (0, 1, 2)]")
+    result = await run_code(
+        runner, "result = [attempt(lambda: os.tcgetpgrp(fd)) for fd in (0, 1, 2)]"
+    )
     assert result == ["ENOTTY"] * 3
 
 
@@ -214,12 +221,17 @@ async def test_execute_setuid_binary(runner: Runner) -> None:
         pytest.skip("no setuid binary on this host")
     status = (await runner.run("children:status")).response["status"]
     # No privilege can be gained by any exec: NNP set, bounding set empty.
-    assert "NoNewPrivs:\t1" in status and "CapBnd:\t0000000000000000" in status
+    assert "NoNewPrivs:\t1" in status
+    assert "CapBnd:\t0000000000000000" in status
     for suid in suids:
-        argv = [suid, "-S", "root"] if suid.endswith("passwd") else [suid, "root", "-c", "cat /etc/shadow"]
+        if suid.endswith("passwd"):
+            argv = [suid, "-S", "root"]
+        else:
+            argv = [suid, "root", "-c", "cat /etc/shadow"]
         done = (await runner.exec(argv)).response
         assert done.exit_code != 0, (suid, done)
-        assert b"root:" not in done.stdout and b" P " not in done.stdout, done.stdout
+        assert b"root:" not in done.stdout, done.stdout
+        assert b" P " not in done.stdout, done.stdout
 
 
 def _nofile(pid: int) -> str:
@@ -229,7 +241,7 @@ def _nofile(pid: int) -> str:
 
 
 async def test_prlimit_of_a_host_process(runner: Runner, victim: Victim) -> None:
-    """prlimit64 on a host process of the same uid (cross-process DoS: shrink the parent's limits)."""
+    """prlimit64 on a host process of the same uid (cross-process DoS: shrink its limits)."""
     # Found by this suite (prlimit64 was allowed on any pid); now self-only.
     before = _nofile(victim.pid)
     for call in (f"resource.prlimit({victim.pid}, resource.RLIMIT_NOFILE)",
@@ -284,7 +296,7 @@ async def test_kill_the_watchdog(runner: Runner) -> None:
 
 
 async def test_concurrent_sibling_run(runner: Runner, jail_root: Path) -> None:
-    """Another tenant's live run: write into its jail dir, signal it, read its /proc (cross-tenant)."""
+    """Another tenant's live run: write into its jail dir, signal it, read its /proc."""
     async with trio.open_nursery() as nursery:
         nursery.start_soon(partial(runner.run, "children:sleep", 120.0,
                                     limits=runner.limits.replace(wall_time_s=150)))
