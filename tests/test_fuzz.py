@@ -307,7 +307,7 @@ hostile_leaves = (
     leaves
     | st.integers(2**64, 2**200) | st.integers(-(2**200), -(2**63) - 1)
     | st.builds(Unencodable) | st.complex_numbers(max_magnitude=10)
-    | st.binary(max_size=16).map(bytearray) | st.binary(max_size=16).map(memoryview)
+    | st.binary(max_size=16).map(bytearray) | st.binary(max_size=16).map(lambda b: memoryview(b))
     | st.just(...) | st.builds(object)
 )
 request_values = st.recursive(
@@ -326,7 +326,7 @@ def test_encoding_any_request_is_a_frame_or_bad_request(value: Any) -> None:
     try:
         frame = encode_frame(value)
     except RunnerError as e:
-        reason = e.reason
+        reason: Reason | None = e.reason
     else:
         reason = None
     if reason is not None:
@@ -334,7 +334,7 @@ def test_encoding_any_request_is_a_frame_or_bad_request(value: Any) -> None:
         return
     assert isinstance(frame, bytes)
     assert int.from_bytes(frame[:HEADER_BYTES], "big") == len(frame) - HEADER_BYTES
-    decoded = decode_single_frame(frame)
+    decoded: Any = decode_single_frame(frame)
     assert encode_frame(decoded) == frame  # stable: the bytes round-trip exactly
     if not _has_struct(value):
         assert same(decoded, normalize(value)), (decoded, value)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -24,7 +25,7 @@ from support import (
     wait_gone,
     wait_none_jailed_under,
 )
-from trunner import Reason, Runner, RunnerError
+from trunner import Reason, Result, Runner, RunnerError
 from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.linux import probe_host
 
@@ -43,7 +44,7 @@ def test_doctor_says_this_host_can_run() -> None:
 
 
 async def test_status_no_new_privs_seccomp_no_caps(runner: Runner) -> None:
-    status = (await runner.run("children:status")).response
+    status: dict[str, Any] = (await runner.run("children:status")).response
     text = status["status"]
     assert "NoNewPrivs:\t1" in text
     assert "Seccomp:\t2" in text
@@ -240,7 +241,8 @@ def test_landlock_below_the_minimum_abi_is_refused_before_spawn(jail_root: Path)
 async def test_run_longer_than_the_spawn_thread_idle_time_survives(runner: Runner) -> None:
     # trio retires idle worker threads after 10 s; a parent-death signal tied
     # to such a thread would kill this child for nothing.
-    result = await runner.run("children:sleep", 15.5, limits=runner.limits.replace(wall_time_s=40))
+    limits = runner.limits.replace(wall_time_s=40)
+    result: Result[str] = await runner.run("children:sleep", 15.5, limits=limits)
     assert result.response == "slept"
 
 

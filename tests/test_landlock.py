@@ -196,7 +196,7 @@ def test_plan_rejects_bad_input(kwargs: dict[str, object], match: str) -> None:
 
 def test_ruleset_behaves_like_a_namedtuple() -> None:
     r = ll.Ruleset(abi=6, handled_fs=1, handled_net=0, scoped=3, path_rules=(), port_rules=())
-    assert r == (6, 1, 0, 3, (), ())
+    assert tuple(r) == (6, 1, 0, 3, (), ())  # (r == a tuple would narrow r to tuple for mypy)
     assert r._fields == ("abi", "handled_fs", "handled_net", "scoped", "path_rules", "port_rules")
     assert r._replace(abi=7).abi == 7
     assert r.abi == 6
@@ -211,7 +211,7 @@ def test_ruleset_behaves_like_a_namedtuple() -> None:
     with pytest.raises(TypeError):
         ll.Ruleset(1, 2, 3)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="unexpected field names"):
-        r._replace(nope=1)
+        r._replace(nope=1)  # type: ignore[call-arg]
 
 
 WEIRD_PATHS = [
@@ -543,7 +543,7 @@ print("SHOULD NOT BE REACHED")
 """
 
 
-def _listener(family: int, addr: object) -> socket.socket:
+def _listener(family: int, addr: str | bytes | tuple[str, int]) -> socket.socket:
     s = socket.socket(family, socket.SOCK_STREAM)
     s.bind(addr)
     s.listen(8)
@@ -558,7 +558,12 @@ def _pending(s: socket.socket, timeout: float = 0.2) -> bool:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
+
+
+#: A jailed child's JSON report, as the tests read it.
+Report = dict[str, Any]
 
 
 class Env:
@@ -577,7 +582,7 @@ class Env:
         self.abstract_name = f"\0trunner-ll-{tag}"
         self.abstract = _listener(socket.AF_UNIX, self.abstract_name.encode("latin-1"))
 
-    def cfg(self, **extra: object) -> dict:
+    def cfg(self, **extra: object) -> Report:
         return {
             "rx": [sys.base_prefix, sys.prefix, "/usr", "/lib", "/lib64", "/bin", REPO],
             "ro": ["/etc/ld.so.cache"],
@@ -598,7 +603,7 @@ class Env:
             **extra,
         }
 
-    def run(self, checks: str, cfg: dict) -> subprocess.CompletedProcess[str]:
+    def run(self, checks: str, cfg: Report) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         return subprocess.run(
             [sys.executable, "-c", CHILD + checks, json.dumps(cfg)],
@@ -624,23 +629,24 @@ def env() -> Iterator[Env]:
 
 
 @pytest.fixture(scope="module")
-def jailed(env: Env) -> dict:
+def jailed(env: Env) -> Report:
     """Run the main jailed child once; tests below check pieces of its report."""
     p = env.run(MAIN_CHECKS, env.cfg())
     assert p.returncode == 0, p.stderr
-    res = json.loads(p.stdout.splitlines()[-1])
+    res: Report = json.loads(p.stdout.splitlines()[-1])
     res["_denied_pending"] = _pending(env.denied)
     res["_allowed_pending"] = _pending(env.allowed)
     res["_abstract_pending"] = _pending(env.abstract)
     return res
 
 
-def _err(res: dict, name: str) -> str | None:
-    return res[name].get("err")
+def _err(res: Report, name: str) -> str | None:
+    err: str | None = res[name].get("err")
+    return err
 
 
 @needs_landlock
-def test_outside_files_unreadable(jailed: dict) -> None:
+def test_outside_files_unreadable(jailed: Report) -> None:
     assert _err(jailed, "read_secret") == "EACCES"
     assert _err(jailed, "list_out") == "EACCES"
     assert _err(jailed, "read_etc_hostname") == "EACCES"
@@ -648,7 +654,7 @@ def test_outside_files_unreadable(jailed: dict) -> None:
 
 
 @needs_landlock
-def test_writes_outside_jail_denied(jailed: dict, env: Env) -> None:
+def test_writes_outside_jail_denied(jailed: Report, env: Env) -> None:
     for name in ("write_out", "write_tmp", "write_shm"):
         assert _err(jailed, name) == "EACCES", name
     assert not os.path.lexists(env.tmp_probe)
@@ -657,7 +663,7 @@ def test_writes_outside_jail_denied(jailed: dict, env: Env) -> None:
 
 
 @needs_landlock
-def test_jail_dir_is_writable(jailed: dict, env: Env) -> None:
+def test_jail_dir_is_writable(jailed: Report, env: Env) -> None:
     for name in ("write_jail", "mkdir_jail", "rename_in_jail", "link_in_jail",
                  "truncate_jail", "mkfifo_jail", "unlink_jail", "symlink_create"):
         assert "ok" in jailed[name], (name, jailed[name])
@@ -669,7 +675,7 @@ def test_jail_dir_is_writable(jailed: dict, env: Env) -> None:
 
 
 @needs_landlock
-def test_device_nodes_denied_even_in_jail(jailed: dict, env: Env) -> None:
+def test_device_nodes_denied_even_in_jail(jailed: Report, env: Env) -> None:
     # We run as root (CAP_MKNOD), so only Landlock's missing MAKE_CHAR stops this.
     if os.geteuid() == 0:
         assert _err(jailed, "mknod_char_jail") == "EACCES"
@@ -679,7 +685,7 @@ def test_device_nodes_denied_even_in_jail(jailed: dict, env: Env) -> None:
 
 
 @needs_landlock
-def test_links_do_not_leak_outside(jailed: dict, env: Env) -> None:
+def test_links_do_not_leak_outside(jailed: Report, env: Env) -> None:
     assert _err(jailed, "symlink_read") == "EACCES"
     assert _err(jailed, "hardlink_out_in") in ("EXDEV", "EACCES")
     assert _err(jailed, "rename_out_in") in ("EXDEV", "EACCES")
@@ -691,13 +697,13 @@ def test_links_do_not_leak_outside(jailed: dict, env: Env) -> None:
 
 
 @needs_landlock
-def test_file_rules_work(jailed: dict) -> None:
+def test_file_rules_work(jailed: Report) -> None:
     # /dev/null is a *file* rule with rw rights: only file bits may be passed to the kernel.
     assert jailed["dev_null_rw"] == {"ok": ""}
 
 
 @needs_landlock
-def test_tcp(jailed: dict, env: Env) -> None:
+def test_tcp(jailed: Report, env: Env) -> None:
     assert _err(jailed, "connect_denied_port") == "EACCES"
     assert not jailed["_denied_pending"]
     assert jailed["connect_allowed_port"] == {"ok": "connected"}
@@ -709,14 +715,14 @@ def test_tcp(jailed: dict, env: Env) -> None:
 
 
 @needs_landlock
-def test_abstract_unix_socket_scoped(jailed: dict) -> None:
+def test_abstract_unix_socket_scoped(jailed: Report) -> None:
     assert _err(jailed, "abstract_connect") == "EPERM"
     assert not jailed["_abstract_pending"]
     assert jailed["abstract_own"] == {"ok": "ping"}
 
 
 @needs_landlock
-def test_signals_scoped(jailed: dict) -> None:
+def test_signals_scoped(jailed: Report) -> None:
     assert _err(jailed, "kill_parent") == "EPERM"
     assert _err(jailed, "kill_init") == "EPERM"
     assert jailed["kill_self"] == {"ok": None}
@@ -724,7 +730,7 @@ def test_signals_scoped(jailed: dict) -> None:
 
 
 @needs_landlock
-def test_programs_still_run(jailed: dict, env: Env) -> None:
+def test_programs_still_run(jailed: Report, env: Env) -> None:
     assert jailed["echo"] == {"ok": [0, "hi\n", ""]}
     assert jailed["sh"]["ok"][:2] == [0, "from-sh\nd\nfifo\nsym\n"]
     assert jailed["sh_devnull"] == {"ok": [0, "ok\n", ""]}

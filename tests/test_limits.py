@@ -49,7 +49,7 @@ def test_unknown_field_is_refused() -> None:
     with pytest.raises(ValueError, match="wall_time"):
         Limits.from_mapping({"wall_time": 3})
     with pytest.raises(TypeError):
-        Limits(10.0)  # type: ignore[misc]  # keyword-only
+        Limits(10.0)  # type: ignore[call-arg]  # keyword-only
 
 
 def test_frozen_and_replace_validates() -> None:

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 import tracemalloc
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -14,7 +14,7 @@ import trio.testing
 
 from conftest import child_pids, watch_children
 from support import fails, group_alive, ignores, is_alive, is_jailed, wait_jailed, wait_status
-from trunner import ExecResult, Limits, Reason, Runner, RunnerError
+from trunner import ExecResult, Limits, Reason, Result, Runner, RunnerError
 from trunner.protocol import encode_frame
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ KiB = 1024
 
 async def test_echo_round_trip(runner: Runner) -> None:
     request = {"hello": [1, 2.5, "x", b"\x00\xff"], "n": None}
-    result = await runner.run("echo", request)
+    result: Result[Any] = await runner.run("echo", request)
     assert result.response == request
     assert len(result.rules_version) == 64
     int(result.rules_version, 16)
@@ -127,14 +127,14 @@ async def test_cap_crossed_by_one_byte(runner: Runner, fd: int, reason: Reason) 
 async def test_output_of_exactly_the_cap_succeeds(runner: Runner) -> None:
     cap = 4 * KiB
     limits = runner.limits.replace(stdout_max_bytes=cap, stderr_max_bytes=cap)
-    result = await runner.run("children:exact_stdout", cap, limits=limits)
+    result: Result[Any] = await runner.run("children:exact_stdout", cap, limits=limits)
     assert len(encode_frame(result.response)) == cap
     result = await runner.run("children:stderr_then_reply", {"n": cap}, limits=limits)
     assert result.response == "ok"
 
 
 async def test_grandchild_holding_stdout_is_killed_after_clean_exit(runner: Runner) -> None:
-    result = await runner.run("children:grandchild_holds_stdout")
+    result: Result[int] = await runner.run("children:grandchild_holds_stdout")
     grandchild = result.response
     assert isinstance(grandchild, int)
     assert not is_alive(grandchild)

@@ -219,7 +219,7 @@ async def test_execute_setuid_binary(runner: Runner) -> None:
              and os.stat(p).st_mode & 0o4000]
     if not suids:
         pytest.skip("no setuid binary on this host")
-    status = (await runner.run("children:status")).response["status"]
+    status: str = (await runner.run("children:status")).response["status"]
     # No privilege can be gained by any exec: NNP set, bounding set empty.
     assert "NoNewPrivs:\t1" in status
     assert "CapBnd:\t0000000000000000" in status
