@@ -208,6 +208,40 @@ async def test_each_setup_step_fails_closed(jail_root: Path, step: str) -> None:
     assert info.value.detail.startswith(f"{step}:")
 
 
+# A parent whose hard NOFILE limit is below Limits.open_files and that may not raise it.
+RLIMIT_PARENT = """
+import resource, trio
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from trunner import Limits, Runner, RunnerError
+async def main():
+    runner = Runner(temp_root={root!r}, limits=Limits(open_files=256))
+    try:
+        await runner.run("echo", 1)
+    except RunnerError as e:
+        print(e.reason, e.exit_status, e.detail, sep="\\n")
+    else:
+        print("ran")
+trio.run(main)
+"""
+
+
+def test_an_rlimit_above_the_hard_limit_fails_closed(jail_root: Path) -> None:
+    """A real rlimit-step failure, not the fail= hook: without CAP_SYS_RESOURCE the
+    helper cannot raise the hard NOFILE limit it inherited to open_files."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv on this host")
+    out = subprocess.run(
+        ["setpriv", "--inh-caps=-sys_resource", "--bounding-set=-sys_resource", "--",
+         sys.executable, "-c", RLIMIT_PARENT.format(root=str(jail_root))],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    reason, exit_status, detail = out.stdout.splitlines()
+    assert (reason, int(exit_status)) == (Reason.SANDBOX_SETUP, SANDBOX_SETUP_EXIT)
+    assert detail.startswith("rlimit: setrlimit(RLIMIT_NOFILE, 256, 256)"), detail
+    assert list(jail_root.iterdir()) == []
+
+
 async def test_process_count_failure_is_its_own_reason(jail_root: Path) -> None:
     runner = Runner(temp_root=str(jail_root), _backend_options={"fail_step": "process_count"})
     with pytest.raises(RunnerError) as info:
