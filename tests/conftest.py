@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+# Re-exported: some test files import these from conftest.
+from support import group_alive as group_alive, is_alive as is_alive
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from trunner import Runner
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -34,24 +42,6 @@ async def watch_children(seen: list[int]) -> None:
     while not seen:
         seen.extend(child_pids())
         await trio.sleep(0.005)
-
-
-def is_alive(pid: int) -> bool:
-    """Whether `pid` names a live (not zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def cgroup_dirs() -> set[str]:
@@ -89,7 +79,7 @@ def no_leaks(jail_root: Path) -> Iterator[None]:
 
 
 @pytest.fixture
-def runner(jail_root: Path):  # type: ignore[no-untyped-def]
+def runner(jail_root: Path) -> Runner:
     from trunner import Limits, Runner
 
     return Runner(

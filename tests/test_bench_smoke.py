@@ -135,8 +135,10 @@ def test_helper_steps_quick_reports_every_figure() -> None:
 
     assert len(report["imports"]) == 2
     for label, imp in report["imports"].items():
-        assert positive(imp["total_ms"]) and imp["modules"] > 0, label
-        assert imp["top_self"] and imp["top_level"], label
+        assert positive(imp["total_ms"]), label
+        assert imp["modules"] > 0, label
+        assert imp["top_self"], label
+        assert imp["top_level"], label
         for entry in imp["top_self"]:
             assert non_negative(entry["self_ms"]), (label, entry)
 

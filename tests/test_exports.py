@@ -2,19 +2,52 @@
 
 from __future__ import annotations
 
+import ast
 import enum
 import subprocess
 import sys
+from pathlib import Path
 
 import msgspec
+import pytest
 
 import trunner
 
+#: The public API (README, STYLE.md P16). A change here is an API change.
+PUBLIC = {
+    "ExecRequest", "ExecResult", "Limits", "PROCESS_COUNT_EXIT", "Reason", "Result", "Runner",
+    "RunnerError", "SANDBOX_SETUP_EXIT", "WORKER_BINARY", "locate_worker",
+    "provider_profile_template_blake3",
+}
 
-def test_all_names_resolve_and_nothing_else_is_public() -> None:
-    for name in trunner.__all__:
-        assert getattr(trunner, name) is not None, name
-    assert sorted(trunner.__all__) == sorted(dir(trunner))
+
+def _typing_reexports() -> set[str]:
+    """Names the `if TYPE_CHECKING:` block re-exports as `X as X` (what type checkers see)."""
+    tree = ast.parse(Path(trunner.__file__).read_text())
+    block = next(
+        node for node in tree.body
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    )
+    return {
+        alias.asname
+        for node in block.body if isinstance(node, ast.ImportFrom) and node.module != "typing"
+        for alias in node.names if alias.asname == alias.name
+    }
+
+
+def test_all_is_the_public_api_and_every_name_resolves() -> None:
+    assert set(trunner.__all__) == PUBLIC
+    assert _typing_reexports() == PUBLIC  # the lazy exports and the typed ones agree
+    namespace: dict[str, object] = {}
+    exec("from trunner import *", namespace)  # resolves every lazy name
+    assert set(namespace) - {"__builtins__"} == PUBLIC
+    for name in PUBLIC:
+        value = namespace[name]
+        module = getattr(value, "__module__", None)
+        assert module is None or module.startswith("trunner."), (name, module)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        trunner.no_such_name  # noqa: B018
 
 
 def test_exported_classes_are_final_frozen_or_errors() -> None:

@@ -286,3 +286,51 @@ async def test_only_runner_errors_leave_run(runner: Runner) -> None:
     assert info.value.reason is Reason.INTERNAL_ERROR
     assert isinstance(info.value.__cause__, TypeError)
     assert child_pids() == []
+
+
+# A parent whose hard NOFILE limit is below Limits.open_files and that may not raise it.
+RLIMIT_PARENT = """
+import resource, trio
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+from trunner import Limits, Runner, RunnerError
+async def main():
+    runner = Runner(temp_root={root!r}, limits=Limits(open_files=256))
+    try:
+        await runner.run("echo", 1)
+    except RunnerError as e:
+        print(e.reason, e.exit_status, e.detail, sep="\\n")
+    else:
+        print("ran")
+trio.run(main)
+"""
+
+
+def test_an_rlimit_above_the_inherited_hard_limit_fails_closed(jail_root: Path) -> None:
+    """A real rlimit-step failure from an ordinary Runner: without
+    CAP_SYS_RESOURCE the helper cannot raise the hard NOFILE limit it
+    inherited to open_files."""
+    import resource
+    import shutil
+
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv on this host")
+    out = subprocess.run(
+        ["setpriv", "--inh-caps=-sys_resource", "--bounding-set=-sys_resource", "--",
+         sys.executable, "-c", RLIMIT_PARENT.format(root=str(jail_root))],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    reason, exit_status, detail = out.stdout.splitlines()
+    assert (reason, int(exit_status)) == (Reason.SANDBOX_SETUP, SANDBOX_SETUP_EXIT)
+    assert detail.startswith(f"rlimits: setrlimit({resource.RLIMIT_NOFILE}, 256, 256)"), detail
+    assert list(jail_root.iterdir()) == []
+
+
+def test_landlock_below_the_minimum_abi_is_refused_before_spawn(jail_root: Path) -> None:
+    from trunner.linux.landlock import MIN_ABI
+
+    with pytest.raises(RunnerError) as info:
+        runner_on(jail_root, LinuxBackend(locate_worker(), landlock_abi=MIN_ABI - 1))
+    assert info.value.reason is Reason.SANDBOX_SETUP
+    assert f"ABI {MIN_ABI - 1} is below the required {MIN_ABI}" in info.value.detail
+    assert child_pids() == []

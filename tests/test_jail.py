@@ -5,36 +5,35 @@ not happen. Real kernel, real processes, the jail as shipped."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from conftest import TESTS_DIR, child_pids, is_alive
-from trunner import Reason, Runner, RunnerError
+from conftest import TESTS_DIR, child_pids
+from support import (
+    denied,
+    is_alive,
+    is_jailed,
+    proc_status,
+    run_code,
+    wait_gone,
+    wait_none_jailed_under,
+)
+from trunner import Reason, Result, Runner
 from trunner.linux.backend import probe_host
-
-
-async def run_code(runner: Runner, code: str, **kw: Any) -> Any:
-    return (await runner.run("children:run_code", textwrap.dedent(code), **kw)).response
-
-
-async def denied(runner: Runner, code: str, **kw: Any) -> RunnerError:
-    with pytest.raises(RunnerError) as info:
-        await runner.run("children:run_code", textwrap.dedent(code), **kw)
-    return info.value
 
 
 def test_doctor_says_this_host_can_run() -> None:
     host = probe_host()
     assert host.can_run, host.refusal_detail
-    assert host.landlock_abi >= 6 and host.seccomp_filter
+    assert host.landlock_abi >= 6
+    assert host.seccomp_filter
     out = subprocess.run(
         [os.path.join(os.path.dirname(sys.executable), "trunner"), "doctor", "--json"],
         capture_output=True, timeout=60,
@@ -44,7 +43,7 @@ def test_doctor_says_this_host_can_run() -> None:
 
 
 async def test_status_no_new_privs_seccomp_no_caps(runner: Runner) -> None:
-    status = (await runner.run("children:status")).response
+    status: dict[str, Any] = (await runner.run("children:status")).response
     text = status["status"]
     assert "NoNewPrivs:\t1" in text
     assert "Seccomp:\t2" in text
@@ -54,66 +53,46 @@ async def test_status_no_new_privs_seccomp_no_caps(runner: Runner) -> None:
     assert set(status["fds"]) <= {0, 1, 2, 3}
     # A fresh process group and session of its own.
     assert status["pgid"] == status["pid"] == status["sid"]
-    assert os.path.realpath(status["cwd"]).startswith(os.path.realpath(runner.temp_root or "/"))
+    # The cwd is the run's own jail dir, directly under the temp root.
+    assert runner.temp_root is not None
+    assert os.path.dirname(os.path.realpath(status["cwd"])) == os.path.realpath(runner.temp_root)
 
 
 async def test_parent_environment_is_not_inherited(
     runner: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TRUNNER_TEST_SECRET", "hunter2")
-    status = (await runner.run("children:status")).response
-    assert "TRUNNER_TEST_SECRET" not in status["environ"]
-    assert "hunter2" not in repr(status["environ"])
-    assert set(status["environ"]) == {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONPATH"}
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2-secret")
+    environ, raw = await run_code(runner, """
+        result = [dict(os.environ), open("/proc/self/environ", "rb").read().decode()]
+    """)
+    assert "AWS_SECRET_ACCESS_KEY" not in environ
+    assert "hunter2-secret" not in repr([environ, raw])
+    assert set(environ) == {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONPATH"}
 
 
 async def test_inheritable_fd_is_not_open_in_the_child(runner: Runner, tmp_path: Path) -> None:
-    fd = os.open(tmp_path / "secret", os.O_CREAT | os.O_RDWR)
+    """An inheritable fd the parent leaked (fd-leak class, e.g. runc CVE-2024-21626)."""
+    secret = tmp_path / "secret"
+    secret.write_text("fd secret")
+    fd = os.open(secret, os.O_RDWR)
     os.set_inheritable(fd, True)
     try:
-        status = (await runner.run("children:status")).response
-        assert fd not in status["fds"]
-        assert set(status["fds"]) <= {0, 1, 2, 3}
+        result = await run_code(runner, f"""
+            result = [attempt(lambda: os.fstat({fd}).st_size), attempt(lambda: os.read({fd}, 100)),
+                      attempt(lambda: os.write({fd}, b"pwned")),
+                      sorted(int(x) for x in os.listdir("/proc/self/fd"))]
+        """)
     finally:
         os.close(fd)
+    assert result[:3] == ["EBADF"] * 3
+    assert fd not in result[3]
+    assert set(result[3]) <= {0, 1, 2, 3}  # the runner's pipes and the listing's own fd
+    assert "fd secret" not in repr(result)
+    assert secret.read_text() == "fd secret"
 
 
-async def test_tcp_connect_to_host_listener_fails_and_listener_sees_nothing(
-    runner: Runner,
-) -> None:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        listener.setblocking(False)
-        port = listener.getsockname()[1]
-        e = await denied(runner, f"""
-            import socket
-            socket.create_connection(("127.0.0.1", {port}), timeout=2)
-        """)
-        assert e.reason is Reason.SYSCALL_DENIED
-        assert "socket" in e.detail
-        with pytest.raises(BlockingIOError):
-            listener.accept()
-
-
-async def test_abstract_unix_socket_of_the_host_is_unreachable(runner: Runner) -> None:
-    name = f"\0trunner-test-{os.getpid()}"
-    with socket.socket(socket.AF_UNIX) as listener:
-        listener.bind(name)
-        listener.listen()
-        listener.setblocking(False)
-        result = await run_code(runner, f"""
-            import socket
-            s = socket.socket(socket.AF_UNIX)
-            try:
-                s.connect({name!r})
-                result = "connected"
-            except OSError as e:
-                result = e.errno
-        """)
-        assert result != "connected"
-        with pytest.raises(BlockingIOError):
-            listener.accept()
+# TCP to a host listener and a host abstract unix socket: tests/security/test_network.py
+# (test_tcp_to_test_listener_on_loopback, test_unix_socket_of_the_test[abstract]).
 
 
 async def test_reading_a_file_outside_fails(runner: Runner, tmp_path: Path) -> None:
@@ -121,31 +100,26 @@ async def test_reading_a_file_outside_fails(runner: Runner, tmp_path: Path) -> N
     secret.parent.mkdir()
     secret.write_text("top secret")
     result = await run_code(runner, f"""
-        import errno
-        out = []
-        for fn in (lambda: open({str(secret)!r}).read(), lambda: __import__("os").listdir({str(secret.parent)!r}),
-                   lambda: open("/etc/shadow").read(), lambda: open("/root/.bashrc").read()):
-            try:
-                out.append(fn())
-            except OSError as e:
-                out.append(errno.errorcode[e.errno])
-        result = out
+        result = [attempt(lambda: open({str(secret)!r}).read()),
+                  attempt(lambda: os.listdir({str(secret.parent)!r})),
+                  attempt(lambda: open("/etc/shadow").read()),
+                  attempt(lambda: open("/etc/passwd").read()),
+                  attempt(lambda: os.listdir("/root")),
+                  attempt(lambda: open("/root/.bashrc").read())]
     """)
-    assert result[:3] == ["EACCES", "EACCES", "EACCES"]
-    assert result[3] in ("EACCES", "ENOENT")
+    assert result[:5] == ["EACCES"] * 5
+    assert result[5] in ("EACCES", "ENOENT")
     assert "top secret" not in repr(result)
+    assert "root:" not in repr(result)
 
 
-@pytest.mark.parametrize("where", ["/tmp", "/dev/shm", "/var/tmp"])
-async def test_writing_outside_the_jail_fails(runner: Runner, where: str) -> None:
-    target = f"{where}/trunner-escape-{os.getpid()}"
+@pytest.mark.parametrize("where", ["/tmp", "/dev/shm", "/var/tmp", "TEST_TMP"])
+async def test_writing_outside_the_jail_fails(runner: Runner, where: str, tmp_path: Path) -> None:
+    """Drop a file in a shared writable dir (tmp-race / planted-file class)."""
+    base = str(tmp_path) if where == "TEST_TMP" else where
+    target = f"{base}/trunner-escape-{os.getpid()}"
     result = await run_code(runner, f"""
-        import errno
-        try:
-            open({target!r}, "w").write("x")
-            result = "wrote"
-        except OSError as e:
-            result = errno.errorcode[e.errno]
+        result = attempt(lambda: open({target!r}, "w").write("x"))
     """)
     assert result == "EACCES"
     assert not os.path.exists(target)
@@ -221,8 +195,8 @@ async def test_cpu_spin_ends_by_the_cpu_limit(runner: Runner) -> None:
 async def test_run_longer_than_the_spawn_thread_idle_time_survives(runner: Runner) -> None:
     # trio retires idle worker threads after 10 s; a parent-death signal tied
     # to such a thread would kill this child for nothing.
-    await trio.sleep(0)
-    result = await runner.run("children:sleep", 15.5, limits=runner.limits.replace(wall_time_s=40))
+    limits = runner.limits.replace(wall_time_s=40)
+    result: Result[str] = await runner.run("children:sleep", 15.5, limits=limits)
     assert result.response == "slept"
 
 
@@ -232,42 +206,49 @@ sys.path.insert(0, {tests!r})
 from trunner import Runner, Limits
 async def main():
     runner = Runner(import_paths=[{tests!r}], temp_root={root!r}, limits=Limits(wall_time_s=60))
-    await runner.run("children:run_code", '''
-import os, sys, time
-if os.fork() == 0:
-    time.sleep(1000)
-os.write(2, b"ready\\\\n")
-time.sleep(1000)
-''')
+    await runner.run("children:run_code", {code!r})
 trio.run(main)
+"""
+
+# The jailed worker forks a grandchild, then says so in its jail dir (its cwd): its
+# stdout and stderr go to the parent's runner, which the test cannot read.
+FORK_THEN_READY = """
+import os, time
+child = os.fork()
+if child == 0:
+    time.sleep(1000)
+    os._exit(0)
+with open("ready.tmp", "w") as f:
+    f.write(f"{os.getpid()} {child}\\n")
+os.rename("ready.tmp", "ready")
+time.sleep(1000)
 """
 
 
 async def test_sigkilled_parent_leaves_no_jailed_process(jail_root: Path) -> None:
-    code = PARENT.format(tests=TESTS_DIR, root=str(jail_root))
-    parent = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    code = PARENT.format(tests=TESTS_DIR, root=str(jail_root), code=FORK_THEN_READY)
+    parent = await trio.lowlevel.open_process(
+        [sys.executable, "-c", code], stderr=subprocess.DEVNULL
+    )
     try:
-        jailed: list[int] = []
         with trio.fail_after(30):
-            while len(jailed) < 2:
-                await trio.sleep(0.05)
-                jailed = _descendants(parent.pid)
-                jailed = [p for p in jailed if _cmdline(p).count(b"children:run_code")]
-        await trio.sleep(0.3)
-        jailed = [p for p in _descendants(parent.pid) if b"run_code" in _cmdline(p)]
-        assert len(jailed) >= 2
+            while True:
+                ready = list(jail_root.glob("*/ready"))
+                if ready:
+                    break
+                assert parent.poll() is None, f"the parent exited {parent.returncode}"
+                await trio.sleep(0.02)
+        jailed = [int(pid) for pid in ready[0].read_text().split()]
+        assert len(jailed) == 2
+        assert set(jailed) <= set(_descendants(parent.pid))
+        assert all(is_jailed(proc_status(pid)) for pid in jailed)
         parent.kill()
-        parent.wait()
-        await trio.sleep(1.0)
-        assert not any(is_alive(p) for p in jailed)
+        await parent.wait()
+        await wait_gone(jailed)  # generous: the watchdog and PDEATHSIG kill them
     finally:
         parent.kill()
-        parent.wait()
-        assert parent.stderr is not None
-        parent.stderr.close()
+        await parent.wait()
     for entry in jail_root.iterdir():  # the dead parent could not clean its jail dir
-        import shutil
-
         shutil.rmtree(entry)
 
 
@@ -292,11 +273,41 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-async def test_group_and_children_gone_after_every_kind_of_run(runner: Runner) -> None:
-    await runner.run("echo", 1)
-    with pytest.raises(RunnerError):
-        await runner.run("children:raise_error")
+# Each run first forks a grandchild that sleeps, in the run's process group.
+FORK_A_SLEEPER = """
+import os, time
+sleeper = os.fork()
+if sleeper == 0:
+    time.sleep(1000)
+    os._exit(0)
+"""
+
+
+@pytest.mark.parametrize(
+    ("tail", "limits", "reason"),
+    [
+        pytest.param("result = sleeper", {}, None, id="ok"),
+        pytest.param("raise RuntimeError(f'sleeper={sleeper}')", {}, Reason.NONZERO_EXIT,
+                     id="nonzero-exit"),
+        pytest.param("time.sleep(1000)", {"wall_time_s": 2.0}, Reason.TIMEOUT, id="timeout"),
+        pytest.param("while True: os.write(1, b'x' * 4096)", {"stdout_max_bytes": 16384},
+                     Reason.STDOUT_CAP, id="stdout-cap"),
+    ],
+)
+async def test_no_process_of_a_run_outlives_it_whatever_the_outcome(
+    runner: Runner, jail_root: Path, tail: str, limits: dict[str, float], reason: Reason | None
+) -> None:
+    code = FORK_A_SLEEPER + tail
+    if reason is None:
+        sleeper = await run_code(runner, code)
+        assert not is_alive(sleeper)
+    else:
+        e = await denied(runner, code, limits=runner.limits.replace(**limits))
+        assert e.reason is reason, e.detail
+    # Reaching the outcome proves the fork happened; the sleeper's cwd was the jail dir.
+    await wait_none_jailed_under(str(jail_root))
     assert child_pids() == []
+    assert list(jail_root.iterdir()) == []
 
 
 def test_unprivileged_path_where_the_interpreter_is_reachable(tmp_path: Path) -> None:
@@ -323,8 +334,8 @@ def test_unprivileged_path_where_the_interpreter_is_reachable(tmp_path: Path) ->
     root = tempfile.mkdtemp(prefix="trunner-unpriv-", dir="/tmp")
     os.chmod(root, 0o777)
     code = (
-        "import trio; from trunner import Runner; r = Runner(temp_root=%r);"
-        "print(r.backend.probe().process_limit.kind, trio.run(r.run, 'echo', 7).response)" % root
+        f"import trio; from trunner import Runner; r = Runner(temp_root={root!r});"
+        "print(r.backend.probe().process_limit.kind, trio.run(r.run, 'echo', 7).response)"
     )
     try:
         out = subprocess.run(

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import strategies as st
@@ -75,7 +77,7 @@ def test_access_for_abi(abi: int, fs: int, net: int, scope: int) -> None:
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.0, "7", None])
 def test_bad_abi_rejected(bad: object) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid Landlock ABI"):
         ll.fs_access_for_abi(bad)  # type: ignore[arg-type]
 
 
@@ -166,21 +168,21 @@ def test_plan_clamps_future_abi() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "match"),
     [
-        {"read_exec": [""]},
-        {"read_only": ["/a\0b"]},
-        {"read_write": "/tmp"},  # a str, not a list of paths
-        {"read_only": [b"/bytes"]},
-        {"connect_tcp_ports": [65536]},
-        {"connect_tcp_ports": [-1]},
-        {"connect_tcp_ports": [True]},
-        {"connect_tcp_ports": ["80"]},
+        ({"read_exec": [""]}, "must be a non-empty str"),
+        ({"read_only": ["/a\0b"]}, "contains NUL"),
+        ({"read_write": "/tmp"}, "got the str"),  # a str, not a list of paths
+        ({"read_only": [b"/bytes"]}, "must be a non-empty str"),
+        ({"connect_tcp_ports": [65536]}, "invalid TCP port 65536"),
+        ({"connect_tcp_ports": [-1]}, "invalid TCP port -1"),
+        ({"connect_tcp_ports": [True]}, "invalid TCP port True"),
+        ({"connect_tcp_ports": ["80"]}, "invalid TCP port '80'"),
     ],
 )
-def test_plan_rejects_bad_input(kwargs: dict) -> None:
-    args = {"read_exec": [], "read_only": [], "read_write": [], **kwargs}
-    with pytest.raises(ValueError):
+def test_plan_rejects_bad_input(kwargs: dict[str, object], match: str) -> None:
+    args: dict[str, Any] = {"read_exec": [], "read_only": [], "read_write": [], **kwargs}
+    with pytest.raises(ValueError, match=match):
         ll.plan_ruleset(7, **args)
 
 
@@ -414,7 +416,7 @@ print("SHOULD NOT BE REACHED")
 """
 
 
-def _listener(family: int, addr: object) -> socket.socket:
+def _listener(family: int, addr: str | bytes | tuple[str, int]) -> socket.socket:
     s = socket.socket(family, socket.SOCK_STREAM)
     s.bind(addr)
     s.listen(8)
@@ -429,7 +431,12 @@ def _pending(s: socket.socket, timeout: float = 0.2) -> bool:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
+
+
+#: A jailed child's JSON report, as the tests read it.
+Report = dict[str, Any]
 
 
 class Env:
@@ -448,7 +455,7 @@ class Env:
         self.abstract_name = f"\0trunner-ll-{tag}"
         self.abstract = _listener(socket.AF_UNIX, self.abstract_name.encode("latin-1"))
 
-    def cfg(self, **extra: object) -> dict:
+    def cfg(self, **extra: object) -> Report:
         return {
             "rx": [sys.base_prefix, sys.prefix, "/usr", "/lib", "/lib64", "/bin", REPO],
             "ro": ["/etc/ld.so.cache"],
@@ -469,7 +476,7 @@ class Env:
             **extra,
         }
 
-    def run(self, checks: str, cfg: dict) -> subprocess.CompletedProcess[str]:
+    def run(self, checks: str, cfg: Report) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
         return subprocess.run(
             [sys.executable, "-c", CHILD + checks, json.dumps(cfg)],
@@ -488,30 +495,31 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env():  # type: ignore[no-untyped-def]
+def env() -> Iterator[Env]:
     e = Env()
     yield e
     e.close()
 
 
 @pytest.fixture(scope="module")
-def jailed(env: Env) -> dict:
+def jailed(env: Env) -> Report:
     """Run the main jailed child once; tests below check pieces of its report."""
     p = env.run(MAIN_CHECKS, env.cfg())
     assert p.returncode == 0, p.stderr
-    res = json.loads(p.stdout.splitlines()[-1])
+    res: Report = json.loads(p.stdout.splitlines()[-1])
     res["_denied_pending"] = _pending(env.denied)
     res["_allowed_pending"] = _pending(env.allowed)
     res["_abstract_pending"] = _pending(env.abstract)
     return res
 
 
-def _err(res: dict, name: str) -> str | None:
-    return res[name].get("err")
+def _err(res: Report, name: str) -> str | None:
+    err: str | None = res[name].get("err")
+    return err
 
 
 @needs_landlock
-def test_outside_files_unreadable(jailed: dict) -> None:
+def test_outside_files_unreadable(jailed: Report) -> None:
     assert _err(jailed, "read_secret") == "EACCES"
     assert _err(jailed, "list_out") == "EACCES"
     assert _err(jailed, "read_etc_hostname") == "EACCES"
@@ -519,7 +527,7 @@ def test_outside_files_unreadable(jailed: dict) -> None:
 
 
 @needs_landlock
-def test_writes_outside_jail_denied(jailed: dict, env: Env) -> None:
+def test_writes_outside_jail_denied(jailed: Report, env: Env) -> None:
     for name in ("write_out", "write_tmp", "write_shm"):
         assert _err(jailed, name) == "EACCES", name
     assert not os.path.lexists(env.tmp_probe)
@@ -528,7 +536,7 @@ def test_writes_outside_jail_denied(jailed: dict, env: Env) -> None:
 
 
 @needs_landlock
-def test_jail_dir_is_writable(jailed: dict, env: Env) -> None:
+def test_jail_dir_is_writable(jailed: Report, env: Env) -> None:
     for name in ("write_jail", "mkdir_jail", "rename_in_jail", "link_in_jail",
                  "truncate_jail", "mkfifo_jail", "unlink_jail", "symlink_create"):
         assert "ok" in jailed[name], (name, jailed[name])
@@ -540,7 +548,7 @@ def test_jail_dir_is_writable(jailed: dict, env: Env) -> None:
 
 
 @needs_landlock
-def test_device_nodes_denied_even_in_jail(jailed: dict, env: Env) -> None:
+def test_device_nodes_denied_even_in_jail(jailed: Report, env: Env) -> None:
     # We run as root (CAP_MKNOD), so only Landlock's missing MAKE_CHAR stops this.
     if os.geteuid() == 0:
         assert _err(jailed, "mknod_char_jail") == "EACCES"
@@ -550,7 +558,7 @@ def test_device_nodes_denied_even_in_jail(jailed: dict, env: Env) -> None:
 
 
 @needs_landlock
-def test_links_do_not_leak_outside(jailed: dict, env: Env) -> None:
+def test_links_do_not_leak_outside(jailed: Report, env: Env) -> None:
     assert _err(jailed, "symlink_read") == "EACCES"
     assert _err(jailed, "hardlink_out_in") in ("EXDEV", "EACCES")
     assert _err(jailed, "rename_out_in") in ("EXDEV", "EACCES")
@@ -562,13 +570,13 @@ def test_links_do_not_leak_outside(jailed: dict, env: Env) -> None:
 
 
 @needs_landlock
-def test_file_rules_work(jailed: dict) -> None:
+def test_file_rules_work(jailed: Report) -> None:
     # /dev/null is a *file* rule with rw rights: only file bits may be passed to the kernel.
     assert jailed["dev_null_rw"] == {"ok": ""}
 
 
 @needs_landlock
-def test_tcp(jailed: dict, env: Env) -> None:
+def test_tcp(jailed: Report, env: Env) -> None:
     assert _err(jailed, "connect_denied_port") == "EACCES"
     assert not jailed["_denied_pending"]
     assert jailed["connect_allowed_port"] == {"ok": "connected"}
@@ -580,14 +588,14 @@ def test_tcp(jailed: dict, env: Env) -> None:
 
 
 @needs_landlock
-def test_abstract_unix_socket_scoped(jailed: dict) -> None:
+def test_abstract_unix_socket_scoped(jailed: Report) -> None:
     assert _err(jailed, "abstract_connect") == "EPERM"
     assert not jailed["_abstract_pending"]
     assert jailed["abstract_own"] == {"ok": "ping"}
 
 
 @needs_landlock
-def test_signals_scoped(jailed: dict) -> None:
+def test_signals_scoped(jailed: Report) -> None:
     assert _err(jailed, "kill_parent") == "EPERM"
     assert _err(jailed, "kill_init") == "EPERM"
     assert jailed["kill_self"] == {"ok": None}
@@ -595,7 +603,7 @@ def test_signals_scoped(jailed: dict) -> None:
 
 
 @needs_landlock
-def test_programs_still_run(jailed: dict, env: Env) -> None:
+def test_programs_still_run(jailed: Report, env: Env) -> None:
     assert jailed["echo"] == {"ok": [0, "hi\n", ""]}
     assert jailed["sh"]["ok"][:2] == [0, "from-sh\nd\nfifo\nsym\n"]
     assert jailed["sh_devnull"] == {"ok": [0, "ok\n", ""]}

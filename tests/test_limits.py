@@ -13,8 +13,17 @@ from trunner.limits import PRESETS, Limits
 
 def test_defaults_and_presets_are_valid() -> None:
     assert Limits().wall_time_s == 10.0
+    assert set(PRESETS) == {"default", "quick", "tool", "bulk"}  # the names README documents
+    assert PRESETS["default"] == Limits()
+    default = msgspec.structs.asdict(Limits())
     for name, preset in PRESETS.items():
-        assert isinstance(preset, Limits), name
+        fields = msgspec.structs.asdict(preset)
+        # What config can say, a preset says: the untrusted path accepts it unchanged.
+        assert Limits.from_mapping(fields) == preset, name
+        if name == "quick":  # "tight everything"
+            assert all(fields[f] <= default[f] for f in fields), fields
+        elif name in ("tool", "bulk"):  # more room than the default, never less
+            assert all(fields[f] >= default[f] for f in fields), (name, fields)
 
 
 @pytest.mark.parametrize(
@@ -40,7 +49,7 @@ def test_unknown_field_is_refused() -> None:
     with pytest.raises(ValueError, match="wall_time"):
         Limits.from_mapping({"wall_time": 3})
     with pytest.raises(TypeError):
-        Limits(10.0)  # type: ignore[misc]  # keyword-only
+        Limits(10.0)  # type: ignore[call-arg]  # keyword-only
 
 
 def test_frozen_and_replace_validates() -> None:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import trio
 
 from conftest import child_pids, open_fds
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 MiB = 1024 * 1024
 LOAD_PY = Path(__file__).resolve().parent.parent / "benchmarks" / "load.py"
@@ -22,7 +25,8 @@ LOAD_PY = Path(__file__).resolve().parent.parent / "benchmarks" / "load.py"
 
 def _load_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("trunner_bench_load", LOAD_PY)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 import trio
 
 from conftest import child_pids, is_alive
 from trunner import Reason, Runner, RunnerError
 
+if TYPE_CHECKING:
+    from trunner.pool import WorkerPool
 
-async def wait_idle(pool, n: int) -> None:  # type: ignore[no-untyped-def]
-    with trio.fail_after(60):
-        while pool.idle_workers < n:
+
+async def wait_idle(pool: WorkerPool, n: int, *, timeout_s: float = 60) -> None:
+    """Poll until the pool has `n` idle workers (no event to wait on from outside)."""
+    with trio.fail_after(timeout_s):
+        while True:
+            if pool.idle_workers == n:
+                return
             await trio.sleep(0.02)
 
 
@@ -23,7 +31,8 @@ async def test_each_request_gets_its_own_prewarmed_jailed_process(runner: Runner
     assert first["pid"] != second["pid"]
     for status in (first, second):
         assert status["pgid"] == status["pid"]
-        assert "Seccomp:\t2" in status["status"] and "NoNewPrivs:\t1" in status["status"]
+        assert "Seccomp:\t2" in status["status"]
+        assert "NoNewPrivs:\t1" in status["status"]
         assert not is_alive(status["pid"])
     assert child_pids() == []
 
@@ -53,9 +62,7 @@ async def test_pooled_workers_keep_every_reason(runner: Runner) -> None:
 async def test_idle_workers_are_ended_and_refilled_on_use(runner: Runner) -> None:
     async with runner.pool("echo", size=2, idle_s=1.0) as pool:
         await wait_idle(pool, 2)
-        with trio.fail_after(30):
-            while pool.idle_workers:
-                await trio.sleep(0.05)
+        await wait_idle(pool, 0, timeout_s=30)  # idle_s passed: ended
         assert child_pids() == []
         assert (await pool.run(1)).response == 1  # served cold, wakes the refill
         await wait_idle(pool, 2)

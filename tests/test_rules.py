@@ -6,7 +6,6 @@ import platform
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,8 @@ import msgspec
 import pytest
 
 from conftest import TESTS_DIR, child_pids
-from trunner import Limits, Reason, Runner, RunnerError, provider_profile_template_blake3
+from support import run_code, syscall_denied
+from trunner import Limits, Runner, provider_profile_template_blake3
 from trunner.linux.backend import LinuxBackend, probe_host
 from trunner.profile import DEFAULT_PROFILE, PROVIDER_TEMPLATE, provider_profile
 from trunner.rules import effective_rules_version
@@ -181,8 +181,7 @@ async def test_provider_connects_to_allowed_port_only(jail_root: Path) -> None:
         runner = Runner(
             temp_root=str(jail_root), import_paths=[TESTS_DIR], provider={"ports": ports[:1]}
         )
-        code = textwrap.dedent(CONNECT).replace("PORTS", repr(ports))
-        result = (await runner.run("children:run_code", code)).response
+        result = await run_code(runner, CONNECT.replace("PORTS", repr(ports)))
         assert result == {ports[0]: "connected", ports[1]: "EACCES"}
         conn, _ = allowed.accept()  # the allowed listener saw exactly that one
         conn.close()
@@ -193,27 +192,18 @@ async def test_provider_connects_to_allowed_port_only(jail_root: Path) -> None:
 async def test_default_profile_connects_nowhere(runner: Runner) -> None:
     with _listen() as listener:
         port = listener.getsockname()[1]
-        code = textwrap.dedent(CONNECT).replace("PORTS", repr([port]))
-        with pytest.raises(RunnerError) as info:
-            await runner.run("children:run_code", code)
-        assert info.value.reason is Reason.SYSCALL_DENIED
+        await syscall_denied(runner, CONNECT.replace("PORTS", repr([port])), "socket")
         with pytest.raises(BlockingIOError):
             listener.accept()
 
 
 async def test_provider_still_denies_udp_unix_and_bind(jail_root: Path) -> None:
     runner = Runner(temp_root=str(jail_root), import_paths=[TESTS_DIR], provider={"ports": [9]})
-    result = (await runner.run("children:run_code", textwrap.dedent("""
-        import errno, socket
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", 0)); result = "bound"
-        except OSError as e:
-            result = errno.errorcode[e.errno]
-    """))).response
+    result = await run_code(runner, """
+        import socket
+        result = attempt(lambda: socket.socket().bind(("127.0.0.1", 0)))
+    """)
     assert result == "EACCES"
     for code in ("import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)",
                  "import socket; socket.socket(socket.AF_UNIX)"):
-        with pytest.raises(RunnerError) as info:
-            await runner.run("children:run_code", code)
-        assert info.value.reason is Reason.SYSCALL_DENIED
+        await syscall_denied(runner, code, "socket")

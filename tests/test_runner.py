@@ -2,30 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import signal
-from typing import Any
+import sys
+import tracemalloc
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 import trio.testing
 
-from conftest import group_alive, is_alive, watch_children
-from trunner import ExecResult, Limits, Reason, Runner, RunnerError
+from conftest import child_pids, watch_children
+from support import fails, group_alive, ignores, is_alive, is_jailed, wait_jailed, wait_status
+from trunner import ExecResult, Limits, Reason, Result, Runner, RunnerError
 from trunner.protocol import encode_frame
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 KiB = 1024
 
 
-async def fails(runner: Runner, mode: str, request: Any = None, **kw: Any) -> RunnerError:
-    with pytest.raises(RunnerError) as info:
-        await runner.run(mode, request, **kw)
-    assert not hasattr(info.value, "response")
-    return info.value
-
-
 async def test_echo_round_trip(runner: Runner) -> None:
     request = {"hello": [1, 2.5, "x", b"\x00\xff"], "n": None}
-    result = await runner.run("echo", request)
+    result: Result[Any] = await runner.run("echo", request)
     assert result.response == request
     assert len(result.rules_version) == 64
     int(result.rules_version, 16)
@@ -50,9 +50,15 @@ async def test_frame_violations(runner: Runner, mode: str, reason: Reason) -> No
 
 async def test_huge_length_prefix_is_oversized_without_allocating(runner: Runner) -> None:
     limits = runner.limits.replace(stdout_max_bytes=1 * KiB)
-    e = await fails(runner, "children:huge_length", limits=limits)
+    tracemalloc.start()
+    try:
+        e = await fails(runner, "children:huge_length", limits=limits)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
     assert e.reason is Reason.OVERSIZED_FRAME
     assert str(2**32 - 1) in e.detail
+    assert peak < 16 * 1024 * KiB, peak  # the header declares 4 GiB
 
 
 async def test_frame_then_exit_1_is_nonzero_exit(runner: Runner) -> None:
@@ -73,9 +79,11 @@ async def test_frame_then_signal_is_killed_by_signal(runner: Runner, sig: int) -
     assert signal.Signals(sig).name in e.detail
 
 
-async def test_deadline_kills_a_child_that_ignores_sigterm(
+async def test_deadline_is_the_wall_time_on_the_trio_clock(
     runner: Runner, autojump_clock: trio.testing.MockClock
 ) -> None:
+    # autojump: the deadline may pass before the child is even up (P19); the
+    # real-clock test below shows a running child is killed.
     limits = runner.limits.replace(wall_time_s=5.0)
     start = trio.current_time()
     e = await fails(runner, "children:sleep_ignoring_term", limits=limits)
@@ -83,15 +91,25 @@ async def test_deadline_kills_a_child_that_ignores_sigterm(
     assert trio.current_time() - start == pytest.approx(5.0, abs=0.5)
 
 
-async def test_deadline_real_clock_pid_gone(runner: Runner) -> None:
+async def test_deadline_sigkills_a_running_child_that_ignores_sigterm(runner: Runner) -> None:
     seen: list[int] = []
+    ignoring: list[int] = []
+
+    async def watch_it_ignore_sigterm() -> None:
+        await watch_children(seen)
+        await wait_status(seen[0], lambda s: is_jailed(s) and ignores(s, signal.SIGTERM))
+        ignoring.append(seen[0])
+
+    start = trio.current_time()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch_children, seen)
+        nursery.start_soon(watch_it_ignore_sigterm)
         e = await fails(
-            runner, "children:sleep_ignoring_term", limits=runner.limits.replace(wall_time_s=2.0)
+            runner, "children:sleep_ignoring_term", limits=runner.limits.replace(wall_time_s=4.0)
         )
     assert e.reason is Reason.TIMEOUT
-    assert seen and not any(is_alive(p) or group_alive(p) for p in seen)
+    assert ignoring == seen[:1], "the child was not seen running with SIGTERM ignored"
+    assert not any(is_alive(p) or group_alive(p) for p in seen)
+    assert trio.current_time() - start < 30  # a generous bound on a 4 s deadline
 
 
 @pytest.mark.parametrize(("fd", "reason"), [(1, Reason.STDOUT_CAP), (2, Reason.STDERR_CAP)])
@@ -109,38 +127,62 @@ async def test_cap_crossed_by_one_byte(runner: Runner, fd: int, reason: Reason) 
 async def test_output_of_exactly_the_cap_succeeds(runner: Runner) -> None:
     cap = 4 * KiB
     limits = runner.limits.replace(stdout_max_bytes=cap, stderr_max_bytes=cap)
-    result = await runner.run("children:exact_stdout", cap, limits=limits)
+    result: Result[Any] = await runner.run("children:exact_stdout", cap, limits=limits)
     assert len(encode_frame(result.response)) == cap
     result = await runner.run("children:stderr_then_reply", {"n": cap}, limits=limits)
     assert result.response == "ok"
 
 
 async def test_grandchild_holding_stdout_is_killed_after_clean_exit(runner: Runner) -> None:
-    result = await runner.run("children:grandchild_holds_stdout")
+    result: Result[int] = await runner.run("children:grandchild_holds_stdout")
     grandchild = result.response
     assert isinstance(grandchild, int)
     assert not is_alive(grandchild)
 
 
-async def test_caller_cancellation_kills_group_and_removes_jail(runner: Runner) -> None:
+async def test_caller_cancellation_kills_group_and_removes_jail(
+    runner: Runner, jail_root: Path
+) -> None:
     seen: list[int] = []
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(watch_children, seen)
-        with trio.move_on_after(1.5) as scope:
+    jail_dirs: list[Path] = []
+
+    async def cancel_once_jailed(scope: trio.CancelScope) -> None:
+        await watch_children(seen)
+        await wait_jailed(seen[0])
+        jail_dirs.extend(jail_root.iterdir())
+        scope.cancel()
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_once_jailed, nursery.cancel_scope)
             await runner.run("children:sleep", 1000)
-    assert scope.cancelled_caught
-    assert seen and not any(is_alive(p) or group_alive(p) for p in seen)
+    assert nursery.cancel_scope.cancelled_caught
+    assert len(jail_dirs) == 1, "the child was running in its jail dir"
+    assert not any(is_alive(p) or group_alive(p) for p in seen)
+    assert not jail_dirs[0].exists()
 
 
-async def test_unknown_mode_is_refused_before_spawn(runner: Runner) -> None:
+@pytest.fixture
+def unspawnable(jail_root: Path) -> Runner:
+    """A runner that fails `spawn_failed` as soon as it makes a jail dir or spawns."""
+    return Runner(temp_root=str(jail_root / "missing"), worker="/nonexistent/trunner-worker")
+
+
+async def test_unknown_mode_is_refused_before_spawn(runner: Runner, unspawnable: Runner) -> None:
+    assert (await fails(unspawnable, "echo", 1)).reason is Reason.SPAWN_FAILED  # the control
     for mode in ("nope", "no_such_module_xyz:fn", "bad spec:"):
-        e = await fails(runner, mode)
-        assert e.reason is Reason.UNKNOWN_MODE
+        for r in (runner, unspawnable):
+            e = await fails(r, mode)
+            assert e.reason is Reason.UNKNOWN_MODE, (mode, e.reason, e.detail)
 
 
-async def test_unencodable_request_is_refused_before_spawn(runner: Runner) -> None:
-    e = await fails(runner, "echo", object())
-    assert e.reason is Reason.BAD_REQUEST
+async def test_unencodable_request_is_refused_before_spawn(
+    runner: Runner, unspawnable: Runner
+) -> None:
+    assert (await fails(unspawnable, "echo", 1)).reason is Reason.SPAWN_FAILED  # the control
+    for r in (runner, unspawnable):
+        e = await fails(r, "echo", object())
+        assert e.reason is Reason.BAD_REQUEST, (e.reason, e.detail)
 
 
 def test_invalid_limits_are_refused() -> None:
@@ -150,8 +192,22 @@ def test_invalid_limits_are_refused() -> None:
         Runner(limits={"wall_time_s": 1})  # type: ignore[arg-type]
 
 
-async def test_missing_worker_is_worker_not_found_or_spawn_failed(jail_root: Any) -> None:
-    runner = Runner(temp_root=str(jail_root), worker="/nonexistent/trunner-worker")
-    e = await fails(runner, "echo")
-    assert e.reason is Reason.SPAWN_FAILED
-    assert "errno 2" in e.detail
+@pytest.mark.parametrize("beside", ["nothing", "not-executable"])
+def test_no_worker_beside_the_interpreter_is_worker_not_found(
+    jail_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, beside: str
+) -> None:
+    # An interpreter path with no usable trunner-worker beside it or one dir up.
+    # (An explicit worker path that is missing is spawn_failed: test_faults.py.)
+    here = tmp_path / "venv" / "bin"
+    here.mkdir(parents=True)
+    if beside == "not-executable":
+        (here / "trunner-worker").write_text("#!/bin/sh\n")
+        (here / "trunner-worker").chmod(0o644)
+    monkeypatch.setattr(sys, "executable", str(here / "python"))
+    with pytest.raises(RunnerError) as info:
+        Runner(temp_root=str(jail_root))
+    assert info.value.reason is Reason.WORKER_NOT_FOUND
+    assert str(here / "trunner-worker") in info.value.detail
+    assert str(tmp_path / "venv" / "trunner-worker") in info.value.detail
+    assert child_pids() == []
+    assert os.listdir(jail_root) == []

@@ -7,11 +7,14 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from sec_helpers import run_code, sha256, syscall_denied
-from trunner import Runner
+from support import run_code, sha256, syscall_denied
+
+if TYPE_CHECKING:
+    from trunner import Runner
 
 
 @pytest.fixture
@@ -25,29 +28,8 @@ def outside(tmp_path: Path) -> Path:
     return f
 
 
-async def test_read_secret_file_outside(runner: Runner, outside: Path) -> None:
-    """Plain read of a host secret (credentials file next to the jail)."""
-    result = await run_code(runner, f"""
-        result = [attempt(lambda: open({str(outside)!r}).read()),
-                  attempt(lambda: os.listdir({str(outside.parent)!r})),
-                  attempt(lambda: open("/etc/shadow").read()),
-                  attempt(lambda: open("/etc/passwd").read()),
-                  attempt(lambda: os.listdir("/root"))]
-    """)
-    assert result == ["EACCES"] * 5
-    assert "top secret" not in repr(result) and "root:" not in repr(result)
-
-
-@pytest.mark.parametrize("where", ["/tmp", "/var/tmp", "/dev/shm", "TEST_TMP"])
-async def test_write_outside(runner: Runner, where: str, tmp_path: Path) -> None:
-    """Drop a file in a shared writable dir (tmp-race / planted-file class)."""
-    base = str(tmp_path) if where == "TEST_TMP" else where
-    target = f"{base}/trunner-sec-{os.getpid()}"
-    result = await run_code(runner, f"""
-        result = attempt(lambda: open({target!r}, "w").write("x"))
-    """)
-    assert result == "EACCES"
-    assert not os.path.exists(target)
+# Reading a host secret and writing to /tmp, /var/tmp, /dev/shm or a test dir:
+# test_jail.py (test_reading_a_file_outside_fails, test_writing_outside_the_jail_fails).
 
 
 async def test_overwrite_and_unlink_existing_outside_file(runner: Runner, outside: Path) -> None:
@@ -61,7 +43,8 @@ async def test_overwrite_and_unlink_existing_outside_file(runner: Runner, outsid
     """)
     assert result == ["EACCES"] * 5
     assert outside.read_text() == "top secret"
-    assert outside.stat().st_ino == before.st_ino and outside.stat().st_mtime_ns == before.st_mtime_ns
+    assert outside.stat().st_ino == before.st_ino
+    assert outside.stat().st_mtime_ns == before.st_mtime_ns
 
 
 async def test_symlink_from_jail_to_outside_file(runner: Runner, outside: Path) -> None:
@@ -92,7 +75,8 @@ async def test_hardlink_from_jail_to_outside_file(runner: Runner, outside: Path)
 
 async def test_hardlink_to_setuid_binary(runner: Runner) -> None:
     """Hardlink to setuid binary (pin a vulnerable suid copy for later / CVE-2009-style)."""
-    suid = next((p for p in ("/usr/bin/passwd", "/usr/bin/su", "/bin/su") if os.path.exists(p)), None)
+    candidates = ("/usr/bin/passwd", "/usr/bin/su", "/bin/su")
+    suid = next((p for p in candidates if os.path.exists(p)), None)
     if suid is None:
         pytest.skip("no setuid binary on this host")
     nlink = os.stat(suid).st_nlink
@@ -178,7 +162,7 @@ async def test_open_host_control_file_for_write(runner: Runner, path: str) -> No
 async def test_change_metadata_of_outside_file(
     runner: Runner, outside: Path, call: str, name: str
 ) -> None:
-    """chmod/chown/utime/setxattr of a root-owned outside file (make-it-setuid / timestamp forgery)."""
+    """chmod/chown/utime/setxattr of a root-owned outside file (make it setuid, forge times)."""
     before = outside.stat()
     result = await run_code(runner, f"""
         p = {str(outside)!r}
@@ -208,9 +192,12 @@ async def test_overwrite_proc_self_exe_and_python_binary(runner: Runner) -> None
     """)
     assert result["selfexe"] in ("EACCES", "ETXTBSY"), result
     assert result["python"] in ("EACCES", "ETXTBSY"), result
-    assert result["trunc"] in ("EACCES", "ETXTBSY") and result["unlink"] == "EACCES", result
-    assert result["stdlib"] == "EACCES" and result["stdlib_trunc"] == "EACCES", result
-    assert sha256(exe) == digest and sha256(stdlib) == lib_digest
+    assert result["trunc"] in ("EACCES", "ETXTBSY"), result
+    assert result["unlink"] == "EACCES", result
+    assert result["stdlib"] == "EACCES", result
+    assert result["stdlib_trunc"] == "EACCES", result
+    assert sha256(exe) == digest
+    assert sha256(stdlib) == lib_digest
     assert result["exe"] == exe  # the jailed worker runs this very binary
 
 
@@ -240,23 +227,17 @@ async def test_proc_of_other_processes(runner: Runner, what: str) -> None:
     path = "/proc/" + what.replace("PPID", str(os.getpid()))
     result = await run_code(runner, f"""
         p = {path!r}
-        result = attempt(lambda: os.listdir(p) if p.endswith(("fd", "root")) else open(p, "rb").read(64))
+        is_dir = p.endswith(("fd", "root"))
+        result = attempt(lambda: os.listdir(p) if is_dir else open(p, "rb").read(64))
     """)
     assert result == "EACCES", (path, result)
 
 
-async def test_environment_leak(runner: Runner, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Secrets in the parent's environment (AWS_SECRET_ACCESS_KEY-style leak)."""
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2-secret")
-    result = await run_code(runner, """
-        result = [dict(os.environ), open("/proc/self/environ", "rb").read().decode()]
-    """)
-    assert "AWS_SECRET_ACCESS_KEY" not in result[0]
-    assert "hunter2-secret" not in repr(result)
+# The parent's environment: test_jail.py::test_parent_environment_is_not_inherited.
 
 
 async def test_hardlink_through_proc_self_fd(runner: Runner) -> None:
-    """Hardlink a read-only file into the jail via /proc/self/fd/N (then write it via the jail rule)."""
+    """Hardlink a read-only file into the jail via /proc/self/fd/N, to write it by the jail rule."""
     target = os.__file__  # readable in the jail, never writable
     digest, nlink = sha256(target), os.stat(target).st_nlink
     result = await run_code(runner, f"""
@@ -265,7 +246,8 @@ async def test_hardlink_through_proc_self_fd(runner: Runner) -> None:
                   os.path.exists("hl")]
     """)
     assert result == ["EXDEV", False]
-    assert os.stat(target).st_nlink == nlink and sha256(target) == digest
+    assert os.stat(target).st_nlink == nlink
+    assert sha256(target) == digest
 
 
 async def test_fd_relative_traversal_from_o_path(runner: Runner, outside: Path) -> None:

@@ -1,0 +1,187 @@
+"""Helpers every test module imports (not a test module).
+
+tests/ is not a package: pytest puts this directory on `sys.path` (conftest.py
+lives here), so test files import this as `support`. The same directory is on
+the jail's import path (for `children`), so nothing here may shadow a module a
+worker imports, and nothing here runs inside a jail.
+
+- `fails`, `run_code`, `denied`, `syscall_denied` and `PRELUDE`: run a mode or a
+  snippet in a real jailed child and get its response or its `RunnerError`.
+- `is_alive`, `group_alive`, `proc_status` and the `wait_*` helpers: observe
+  real processes through /proc and wait for a real signal under
+  `trio.fail_after`, never for a fixed time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import trio
+
+from trunner import Reason, RunnerError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from trunner import Runner
+
+# Prelude for child snippets: `attempt(fn)` returns the errno name or "OK:<value>".
+PRELUDE = """
+import errno, os
+def attempt(fn):
+    try:
+        return "OK:" + repr(fn())
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+"""
+
+#: Attribute names under which an error could smuggle the child's output.
+OUTPUT_NAMES = frozenset({"response", "result", "stdout", "stderr", "output"})
+
+
+def assert_carries_no_output(e: RunnerError) -> None:
+    """A `RunnerError` holds its reason and a one-line detail, never output bytes."""
+    fields = vars(e)
+    assert not OUTPUT_NAMES & set(fields), fields
+    values = [*fields.values(), *e.args]
+    assert not any(isinstance(v, (bytes, bytearray, memoryview)) for v in values), values
+    assert len(e.args) == 1, e.args
+    assert isinstance(e.args[0], str), e.args
+    assert isinstance(e.reason, Reason), fields
+    assert isinstance(e.detail, str), fields
+
+
+async def fails(runner: Runner, mode: str, request: Any = None, **kw: Any) -> RunnerError:
+    """Run `mode`; it must raise a `RunnerError` that carries no output."""
+    with pytest.raises(RunnerError) as info:
+        await runner.run(mode, request, **kw)
+    assert_carries_no_output(info.value)
+    return info.value
+
+
+async def run_code(runner: Runner, code: str, **kw: Any) -> Any:
+    """Run `code` (after `PRELUDE`) in a jailed worker; its `result` name."""
+    src = PRELUDE + textwrap.dedent(code)
+    return (await runner.run("children:run_code", src, **kw)).response
+
+
+async def denied(runner: Runner, code: str, **kw: Any) -> RunnerError:
+    """Run `code` (after `PRELUDE`) in a jailed worker; it must fail."""
+    return await fails(runner, "children:run_code", PRELUDE + textwrap.dedent(code), **kw)
+
+
+async def syscall_denied(runner: Runner, code: str, name: str, **kw: Any) -> RunnerError:
+    """Run `code`; seccomp must kill the worker, naming `name` when it can."""
+    e = await denied(runner, code, **kw)
+    assert e.reason is Reason.SYSCALL_DENIED, (e.reason, e.detail)
+    assert e.signal == signal.SIGSYS
+    # The name comes from the kernel's (rate-limited) audit record in /dev/kmsg;
+    # when the record was logged it must name exactly this syscall.
+    assert f"({name})" in e.detail or "number not logged" in e.detail, e.detail
+    return e
+
+
+def sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+# -- observing real processes ----------------------------------------------------
+
+
+def is_alive(pid: int) -> bool:
+    """Whether `pid` names a live (not zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    """`/proc/PID/status` as a mapping (empty once the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            lines = f.read().splitlines()
+    except (FileNotFoundError, ProcessLookupError):
+        return {}
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def is_jailed(status: dict[str, str]) -> bool:
+    """The jail's last layer is on: a seccomp filter (installed after Landlock)."""
+    return status.get("Seccomp") == "2" and status.get("NoNewPrivs") == "1"
+
+
+def ignores(status: dict[str, str], sig: int) -> bool:
+    """Whether the process has `sig` set to SIG_IGN (from its `SigIgn` mask)."""
+    return bool(int(status.get("SigIgn", "0"), 16) & (1 << (sig - 1)))
+
+
+async def wait_status(
+    pid: int, ready: Callable[[dict[str, str]], bool], *, timeout_s: float = 30
+) -> dict[str, str]:
+    """Poll `/proc/PID/status` until `ready(status)`; fails if the pid dies first."""
+    with trio.fail_after(timeout_s):
+        while True:
+            status = proc_status(pid)
+            assert status, f"pid {pid} is gone"
+            if ready(status):
+                return status
+            await trio.sleep(0.01)
+
+
+async def wait_jailed(pid: int, *, timeout_s: float = 30) -> dict[str, str]:
+    """Wait until `pid` has its whole jail applied (seccomp on)."""
+    return await wait_status(pid, is_jailed, timeout_s=timeout_s)
+
+
+async def wait_gone(pids: Iterable[int], *, timeout_s: float = 10) -> None:
+    """Poll until no pid of `pids` is alive (zombies count as gone)."""
+    pids = list(pids)
+    with trio.move_on_after(timeout_s):
+        while True:
+            if not any(is_alive(p) for p in pids):
+                return
+            await trio.sleep(0.01)
+    alive = [p for p in pids if is_alive(p)]
+    assert alive == [], f"still alive after {timeout_s} s"
+
+
+async def wait_none_jailed_under(root: str, *, timeout_s: float = 10) -> None:
+    """Poll until no process has its cwd under `root` (see `jailed_under`)."""
+    with trio.move_on_after(timeout_s):
+        while True:
+            if not jailed_under(root):
+                return
+            await trio.sleep(0.01)
+    assert jailed_under(root) == [], f"still alive after {timeout_s} s"
+
+
+def jailed_under(root: str) -> list[int]:
+    """Live processes whose cwd is (or was, if removed) a jail dir under `root`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(root.rstrip("/") + "/") and is_alive(int(entry)):
+            pids.append(int(entry))
+    return pids
