@@ -32,16 +32,16 @@ STEPS = ["env", "process_limit", "rlimits", "namespaces", "capabilities", "descr
 class PlanEditing(LinuxBackend):
     """The real backend, with its helper plan edited before it is encoded."""
 
-    edit: Callable[[HelperPlan], HelperPlan] = staticmethod(lambda plan: plan)  # type: ignore
+    edit: Callable[[HelperPlan], HelperPlan] = staticmethod(lambda plan: plan)
 
-    def _plan(self, limits: Limits, jail_dir: str, cgroup_dir: str | None) -> Any:
+    def _plan(self, limits: Limits, jail_dir: str, cgroup_dir: str | None) -> HelperPlan:
         return type(self).edit(super()._plan(limits, jail_dir, cgroup_dir))
 
 
 class ArgvEditing(LinuxBackend):
     """The real backend, with the encoded plan item replaced."""
 
-    item: Callable[[str], str] = staticmethod(lambda item: item)  # type: ignore
+    item: Callable[[str], str] = staticmethod(lambda item: item)
 
     def open_jail(self, **kw: Any) -> LinuxJail:
         jail = super().open_jail(**kw)
@@ -138,7 +138,8 @@ async def test_an_unknown_process_limit_mechanism_is_refused(jail_root: Path) ->
 
 def _argv_edited(fn: Callable[[str], str]) -> LinuxBackend:
     cls = type("Edited", (ArgvEditing,), {"item": staticmethod(fn)})
-    return cls(locate_worker())
+    backend: LinuxBackend = cls(locate_worker())
+    return backend
 
 
 def _drop(key: str) -> Callable[[str], str]:

@@ -23,7 +23,14 @@ from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, HostSupport, ProcessLimit
 from trunner.limits import Limits
 from trunner.linux import cgroup, install, kmsg, landlock, seccomp
-from trunner.linux.plan import encode_plan, environment, hashed_plan, plan_jail, trunner_dir
+from trunner.linux.plan import (
+    HelperPlan,
+    encode_plan,
+    environment,
+    hashed_plan,
+    plan_jail,
+    trunner_dir,
+)
 from trunner.profile import DEFAULT_PROFILE, JailProfile
 
 #: Bump when the meaning of a hashed field changes.
@@ -164,7 +171,7 @@ class LinuxBackend:
         abi = self.probe().landlock_abi if self.landlock_abi is None else self.landlock_abi
         return min(abi, landlock.KNOWN_ABI)
 
-    def _plan(self, limits: Limits, jail_dir: str, cgroup_dir: str | None) -> Any:
+    def _plan(self, limits: Limits, jail_dir: str, cgroup_dir: str | None) -> HelperPlan:
         return plan_jail(
             limits, self.probe(), self.profile, jail_dir,
             import_paths=self.import_paths, cgroup=cgroup_dir, parent_pid=os.getpid(),
