@@ -18,7 +18,12 @@ if TYPE_CHECKING:
         SANDBOX_SETUP_EXIT as SANDBOX_SETUP_EXIT,
     )
     from trunner.limits import Limits as Limits
-    from trunner.protocol import ExecRequest as ExecRequest, ExecResult as ExecResult
+    from trunner.protocol import (
+        CollectedFile as CollectedFile,
+        ExecFile as ExecFile,
+        ExecRequest as ExecRequest,
+        ExecResult as ExecResult,
+    )
     from trunner.rules import (
         provider_profile_template_blake3 as provider_profile_template_blake3,
     )
@@ -32,6 +37,8 @@ _WHERE = {
     "PROCESS_COUNT_EXIT": "trunner.helper",
     "SANDBOX_SETUP_EXIT": "trunner.helper",
     "Limits": "trunner.limits",
+    "CollectedFile": "trunner.protocol",
+    "ExecFile": "trunner.protocol",
     "ExecRequest": "trunner.protocol",
     "ExecResult": "trunner.protocol",
     "provider_profile_template_blake3": "trunner.rules",

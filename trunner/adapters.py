@@ -11,17 +11,21 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from trunner.protocol import HEADER_BYTES, ExecRequest, ExecResult, encode_frame
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from trunner.protocol import CollectedFile
+
 BUILTIN_MODES = ("echo", "exec")
 
 
-def echo(request: Any) -> Any:
+def echo(request: Any) -> Any:  # noqa: ANN401
     return request
 
 
@@ -82,19 +86,29 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def run_exec(request: ExecRequest) -> ExecResult:
-    """Run `request.argv` in this jail and capture its output, bounded.
+    """Place `request.files`, run `request.argv` in this jail, capture its
+    output, bounded, then collect the files `request.collect` matches.
 
     When a stream crosses its cap the program is killed and the reply holds
     that stream's first cap + 1 bytes: the parent sees the cap crossed and
-    reports `stdout_cap` / `stderr_cap`, never the output.
+    reports `stdout_cap` / `stderr_cap`, never the output. Collected files
+    share what is left of the stdout cap, with the same rule
+    (workdir.collect).
     """
     import selectors
     import subprocess
+    import time
 
+    from trunner import workdir
+
+    workdir.place(request.files)
+    began = time.monotonic()
     proc = subprocess.Popen(
         request.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    assert proc.stdin and proc.stdout and proc.stderr
+    assert proc.stdin
+    assert proc.stdout
+    assert proc.stderr
     caps = {proc.stdout.fileno(): request.stdout_max_bytes,
             proc.stderr.fileno(): request.stderr_max_bytes}
     bufs: dict[int, bytearray] = {fd: bytearray() for fd in caps}
@@ -130,9 +144,19 @@ def run_exec(request: ExecRequest) -> ExecResult:
                     crossed = True
                     break
     code = proc.wait()
+    elapsed = time.monotonic() - began
+    stdout = bytes(bufs[proc.stdout.fileno()])
+    files: list[CollectedFile] = []
+    unmatched: list[str] = []
+    if not crossed and request.collect:
+        files, unmatched = workdir.collect(request.collect,
+                                           request.stdout_max_bytes - len(stdout))
     return ExecResult(
         exit_code=code if code >= 0 else None,
         signal=-code if code < 0 else None,
-        stdout=bytes(bufs[proc.stdout.fileno()]),
+        stdout=stdout,
         stderr=bytes(bufs[proc.stderr.fileno()]),
+        files=files,
+        unmatched=unmatched,
+        elapsed_s=elapsed,
     )

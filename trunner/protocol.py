@@ -27,7 +27,7 @@ _ENCODER = msgspec.msgpack.Encoder()
 
 
 @functools.lru_cache(maxsize=256)
-def _decoder(response_type: Any) -> msgspec.msgpack.Decoder[Any]:
+def _decoder(response_type: Any) -> msgspec.msgpack.Decoder[Any]:  # noqa: ANN401
     """One msgspec Decoder per response type, built once."""
     return msgspec.msgpack.Decoder(response_type)
 
@@ -58,7 +58,7 @@ def frame_body_length(header: bytes | bytearray | memoryview) -> int:
 
 def decode_single_frame(
     data: bytes | bytearray | memoryview,
-    response_type: type[T] | Any = Any,
+    response_type: type[T] | Any = Any,  # noqa: ANN401
     *,
     max_body_bytes: int = MAX_FRAME_BYTES,
 ) -> T:
@@ -103,34 +103,76 @@ def decode_single_frame(
         raise RunnerError(Reason.BAD_FRAME, f"bad frame body: {e}") from None
 
 
+#: Bounds of an `exec` request's files (refused before spawn) and of what it
+#: collects: all files' bytes and stdin together; files placed; files collected
+#: (and patterns); a path's UTF-8 bytes (Linux PATH_MAX less its NUL) and a
+#: name's (NAME_MAX).
+EXEC_INPUT_MAX_BYTES: Final = 64 * 1024 * 1024
+EXEC_INPUT_MAX_FILES: Final = 1024
+EXEC_COLLECT_MAX_FILES: Final = 1024
+EXEC_PATH_MAX_BYTES: Final = 4095
+EXEC_NAME_MAX_BYTES: Final = 255
+
+
+class ExecFile(msgspec.Struct, frozen=True, kw_only=True):
+    """A file `exec` places in the working dir before the program starts."""
+
+    data: bytes
+    executable: bool = False
+
+
 class ExecRequest(msgspec.Struct, tag="exec_request", frozen=True, kw_only=True):
-    """The `exec` mode's request: run `argv` in the jail, feeding `stdin`."""
+    """The `exec` mode's request: place `files`, run `argv` feeding `stdin`,
+    then return the regular files that `collect` (globs) matches."""
 
     argv: list[str]
     stdin: bytes = b""
+    files: dict[str, ExecFile] = {}
+    collect: list[str] = []
     stdout_max_bytes: int = 1024 * 1024
     stderr_max_bytes: int = 64 * 1024
 
 
+class CollectedFile(msgspec.Struct, frozen=True, kw_only=True):
+    """A file the program left that a `collect` pattern matched."""
+
+    path: str
+    size: int
+    data: bytes
+
+
 class ExecResult(msgspec.Struct, tag="exec_result", frozen=True, kw_only=True):
-    """The `exec` mode's response: how the program ended and what it wrote."""
+    """The `exec` mode's response: how the program ended, what it wrote, and
+    the collected files (sorted by path) and the patterns that matched none."""
 
     exit_code: int | None
     signal: int | None
     stdout: bytes
     stderr: bytes
+    files: list[CollectedFile] = []
+    unmatched: list[str] = []
+    #: The program's wall time, start to exit, measured in the jail.
+    elapsed_s: float = 0.0
 
 
 def _bin_header_bytes(n: int) -> int:
     return 2 if n < 2**8 else 3 if n < 2**16 else 5
 
 
-def exec_frame_bytes(stdout_max_bytes: int, stderr_max_bytes: int) -> int:
-    """The largest frame an `exec` reply can be: the program's output up to
-    one byte past each cap (how the adapter reports a crossed cap), plus
-    the frame around it. The parent caps the worker's stdout at this, so
-    the caps the caller sets mean the program's own bytes."""
-    empty = len(encode_frame(ExecResult(exit_code=None, signal=-(2**63), stdout=b"",
-                                        stderr=b"")))
+def exec_frame_bytes(
+    stdout_max_bytes: int, stderr_max_bytes: int, collect: list[str] | None = None
+) -> int:
+    """The largest frame an `exec` reply can be: the program's stdout and the
+    collected files' bytes together up to one byte past the stdout cap, its
+    stderr up to one past its cap (how the adapter reports a crossed cap),
+    up to `EXEC_COLLECT_MAX_FILES + 1` collected files, plus the frame
+    around them. The parent caps the worker's stdout at this, so the caps
+    the caller sets mean the program's own bytes."""
+    n_files = EXEC_COLLECT_MAX_FILES + 1 if collect else 0
+    worst_file = CollectedFile(path="x" * EXEC_PATH_MAX_BYTES, size=-(2**63), data=b"")
+    worst = ExecResult(exit_code=None, signal=-(2**63), stdout=b"", stderr=b"",
+                       files=[worst_file] * n_files, unmatched=list(collect or ()),
+                       elapsed_s=0.0)
     out, err = stdout_max_bytes + 1, stderr_max_bytes + 1
-    return empty + out + err + _bin_header_bytes(out) + _bin_header_bytes(err) - 4
+    headers = _bin_header_bytes(out) + _bin_header_bytes(err) + n_files * 5 - (2 + n_files) * 2
+    return len(encode_frame(worst)) + out + err + headers

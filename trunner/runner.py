@@ -14,21 +14,29 @@ import functools
 import importlib.machinery
 import os
 import re
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
 import trio
 
-from trunner import invocation
-from trunner.invocation import Result
+from trunner import invocation, workdir
 from trunner.adapters import BUILTIN_MODES
 from trunner.errors import Reason, RunnerError
+from trunner.invocation import Result
 from trunner.jail import JailBackend, platform_backend
 from trunner.limits import Limits
-from trunner.protocol import ExecRequest, ExecResult, encode_frame, exec_frame_bytes
+from trunner.protocol import (
+    EXEC_COLLECT_MAX_FILES,
+    ExecFile,
+    ExecRequest,
+    ExecResult,
+    encode_frame,
+    exec_frame_bytes,
+)
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from trunner.pool import WorkerPool
 
 T = TypeVar("T")
@@ -157,19 +165,44 @@ class Runner:
                                invocation.Caps.of(limits), response_type)
 
     async def exec(
-        self, argv: Sequence[str], *, stdin: bytes = b"", limits: Limits | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes | ExecFile] | None = None,
+        collect: Sequence[str] = (),
+        limits: Limits | None = None,
     ) -> Result[ExecResult]:
-        """Run a program inside the jail (`exec` mode). The caps mean the
-        program's own bytes: the frame around them is allowed for."""
+        """Run a program inside the jail (`exec` mode), in the jail dir.
+
+        `files` (relative path -> bytes, or an `ExecFile` for an executable
+        one) are written there first; after the program exits, the regular
+        files `collect` (globs) matches come back in `ExecResult.files`.
+        The caps mean the program's own bytes: its stdout and the collected
+        files' bytes share `stdout_max_bytes`; the frame around them is
+        allowed for.
+
+        Raises:
+            RunnerError: `bad_request` for bad files or patterns (trunner.workdir),
+                before anything is spawned; `stdout_cap` when the stdout and
+                the collected files go over the cap, or more than
+                `EXEC_COLLECT_MAX_FILES` files match; any other `Reason`.
+        """
         limits = self._limits(limits)
-        request = ExecRequest(
-            argv=list(argv),
-            stdin=stdin,
-            stdout_max_bytes=limits.stdout_max_bytes,
-            stderr_max_bytes=limits.stderr_max_bytes,
-        )
-        caps = invocation.Caps(limits.wall_time_s, exec_frame_bytes(limits.stdout_max_bytes,
-                               limits.stderr_max_bytes), limits.stderr_max_bytes)
+        with invocation.only_runner_errors():
+            placed = workdir.check_files(files, stdin_bytes=len(stdin),
+                                         file_size_bytes=limits.file_size_bytes)
+            patterns = workdir.check_patterns(collect)
+            request = ExecRequest(
+                argv=list(argv),
+                stdin=stdin,
+                files=placed,
+                collect=patterns,
+                stdout_max_bytes=limits.stdout_max_bytes,
+                stderr_max_bytes=limits.stderr_max_bytes,
+            )
+        caps = invocation.Caps(limits.wall_time_s, exec_frame_bytes(
+            limits.stdout_max_bytes, limits.stderr_max_bytes, patterns), limits.stderr_max_bytes)
         result: Result[ExecResult] = await self._run(
             (self.worker, "exec"), request, limits, caps, ExecResult)
         check_exec_caps(result.response, limits)
@@ -183,7 +216,7 @@ class Runner:
 
     async def _run(
         self, adapter_argv: tuple[str, ...], request: object, limits: Limits,
-        caps: invocation.Caps, response_type: Any,
+        caps: invocation.Caps, response_type: Any,  # noqa: ANN401
     ) -> Result[Any]:
         await trio.lowlevel.checkpoint_if_cancelled()  # nothing starts in a cancelled scope
         with invocation.only_runner_errors():
@@ -215,13 +248,25 @@ class Runner:
 
 
 def check_exec_caps(response: ExecResult, limits: Limits) -> None:
-    """The exec adapter returns one byte past a cap it saw crossed."""
-    if len(response.stdout) > limits.stdout_max_bytes:
+    """The exec adapter returns one byte past a cap it saw crossed, and one
+    file past the bound of collected files."""
+    cap = limits.stdout_max_bytes
+    if len(response.stdout) > cap:
         raise RunnerError(Reason.STDOUT_CAP,
-                          f"the program's stdout went over its cap of {limits.stdout_max_bytes} bytes")
-    if len(response.stderr) > limits.stderr_max_bytes:
+                          f"the program's stdout went over its cap of {cap} bytes")
+    err_cap = limits.stderr_max_bytes
+    if len(response.stderr) > err_cap:
         raise RunnerError(Reason.STDERR_CAP,
-                          f"the program's stderr went over its cap of {limits.stderr_max_bytes} bytes")
+                          f"the program's stderr went over its cap of {err_cap} bytes")
+    if len(response.files) > EXEC_COLLECT_MAX_FILES:
+        raise RunnerError(Reason.STDOUT_CAP, f"the collect patterns matched more than"
+                          f" {EXEC_COLLECT_MAX_FILES} files")
+    collected = sum(len(f.data) for f in response.files)
+    if len(response.stdout) + collected > cap:
+        raise RunnerError(Reason.STDOUT_CAP, f"the program's stdout ({len(response.stdout)} bytes)"
+                          f" and the collected files went over the stdout cap of {cap} bytes")
+    if not workdir.check_collected(response.files):
+        raise RunnerError(Reason.BAD_FRAME, "a collected file's path or size is malformed")
 
 
 @functools.cache
