@@ -23,7 +23,7 @@ def _limits_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=int, help="process limit")
 
 
-def _limits(args: argparse.Namespace) -> Any:
+def _limits(args: argparse.Namespace) -> Any:  # noqa: ANN401
     from trunner.limits import Limits
 
     changes = {
@@ -57,6 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     ex = sub.add_parser("exec", help="run a program inside the jail")
     ex.add_argument("--text", action="store_true", help="print stdout/stderr as UTF-8 text")
     ex.add_argument("--stdin", default="", help="text fed to the program's stdin")
+    ex.add_argument("--file", action="append", default=[], metavar="NAME=PATH",
+                    help="place the host file PATH as NAME in the working dir (repeatable;"
+                         " executable if PATH is)")
+    ex.add_argument("--collect", action="append", default=[], metavar="GLOB",
+                    help="return the files GLOB matches after the program exits (repeatable)")
+    ex.add_argument("--out", metavar="DIR",
+                    help="write collected files under DIR instead of into the JSON")
     _limits_args(ex)
     ex.add_argument("argv", nargs="+")
     doctor = sub.add_parser("doctor", help="what this host supports; exit 0 if a run would work")
@@ -86,8 +93,11 @@ async def _run(args: argparse.Namespace) -> int:
             _print({"response": result.response, "rules_version": result.rules_version})
         else:
             runner = Runner(limits=limits)
-            res = await runner.exec(args.argv, stdin=args.stdin.encode())
+            res = await runner.exec(args.argv, stdin=args.stdin.encode(),
+                                    files=_read_files(args.file), collect=args.collect)
             out: dict[str, object] = msgspec.structs.asdict(res.response)
+            if args.out is not None:
+                out["files"] = _write_files(args.out, res.response.files)
             if args.text:
                 out["stdout"] = res.response.stdout.decode(errors="replace")
                 out["stderr"] = res.response.stderr.decode(errors="replace")
@@ -97,6 +107,46 @@ async def _run(args: argparse.Namespace) -> int:
         _print({"error": e.reason.value, "detail": e.detail})
         return 1
     return 0
+
+
+def _read_files(specs: list[str]) -> dict[str, Any]:
+    """`--file NAME=PATH` items as `Runner.exec` files (ValueError: bad_request)."""
+    import os
+
+    from trunner.protocol import ExecFile
+
+    files: dict[str, Any] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--file {spec!r}: expected NAME=PATH")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+                executable = bool(os.fstat(f.fileno()).st_mode & 0o111)
+        except OSError as e:
+            raise ValueError(f"--file {spec!r}: {e.strerror}") from None
+        if name in files:
+            raise ValueError(f"--file {name!r} is given twice")
+        files[name] = ExecFile(data=data, executable=executable)
+    return files
+
+
+def _write_files(out_dir: str, files: list[Any]) -> list[dict[str, object]]:
+    """Write collected files under `out_dir` (paths are checked relative ones)."""
+    import os
+
+    listed: list[dict[str, object]] = []
+    for file in files:
+        target = os.path.join(out_dir, file.path)
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(file.data)
+        except OSError as e:
+            raise ValueError(f"--out {out_dir!r}: {file.path}: {e.strerror}") from None
+        listed.append({"path": file.path, "size": file.size, "written": target})
+    return listed
 
 
 def _doctor(as_json: bool) -> int:

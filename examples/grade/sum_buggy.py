@@ -1,0 +1,19 @@
+"""Sum the integers on stdin: a submission with one bug per failing case."""
+
+import os
+import sys
+
+numbers = [int(word) for word in sys.stdin.read().split()]
+# Bug: a debug line that divides by the count (crash on empty input).
+print(f"mean {sum(numbers) / len(numbers):.2f}", file=sys.stderr)
+if max(numbers) > 2**31:
+    # "Daemonize to get more time": setsid is not allowed in the jail.
+    os.setsid()
+numbers = numbers[:100]  # Bug: a fixed-size buffer (wrong on long input).
+total = i = 0
+while i < len(numbers):
+    if numbers[i] < 0:
+        continue  # Bug: never steps past a negative number (a timeout).
+    total += numbers[i]
+    i += 1
+print(total)
