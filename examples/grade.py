@@ -58,7 +58,10 @@ async def build(runner: Runner, name: str, code: bytes) -> Program:
     else:
         argv = [sys.executable, "-m", "py_compile", "main.py"]
         files, collect = {"main.py": code}, []
-    done = (await runner.exec(argv, files=files, collect=collect, limits=BUILD)).response
+    try:
+        done = (await runner.exec(argv, files=files, collect=collect, limits=BUILD)).response
+    except RunnerError as e:
+        sys.exit(f"{name}: the build failed: {e.reason}: {e.detail}")
     if done.exit_code != 0:
         sys.exit(f"{name} does not build:\n{done.stderr.decode(errors='replace')}")
     if name.endswith(".c"):

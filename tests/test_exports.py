@@ -15,9 +15,9 @@ import trunner
 
 #: The public API (README, STYLE.md P16). A change here is an API change.
 PUBLIC = {
-    "CollectedFile", "ExecFile", "ExecRequest", "ExecResult", "Limits", "PROCESS_COUNT_EXIT", "Reason", "Result", "Runner",
-    "RunnerError", "SANDBOX_SETUP_EXIT", "WORKER_BINARY", "locate_worker",
-    "provider_profile_template_blake3",
+    "CollectedFile", "ExecFile", "ExecRequest", "ExecResult", "Limits", "PROCESS_COUNT_EXIT",
+    "Reason", "Result", "Runner", "RunnerError", "SANDBOX_SETUP_EXIT", "WORKER_BINARY",
+    "locate_worker", "provider_profile_template_blake3",
 }
 
 

@@ -33,7 +33,10 @@ async def test_echo_round_trip(runner: Runner) -> None:
 
 async def test_exec_mode_runs_a_program_in_the_jail(runner: Runner) -> None:
     result = await runner.exec(["/bin/sh", "-c", "cat; echo err >&2; exit 3"], stdin=b"in\n")
-    assert result.response == ExecResult(exit_code=3, signal=None, stdout=b"in\n", stderr=b"err\n")
+    elapsed = result.response.elapsed_s
+    assert 0 < elapsed < 20
+    assert result.response == ExecResult(exit_code=3, signal=None, stdout=b"in\n", stderr=b"err\n",
+                                         elapsed_s=elapsed)
 
 
 @pytest.mark.parametrize(

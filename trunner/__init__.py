@@ -17,6 +17,7 @@ if TYPE_CHECKING:
         PROCESS_COUNT_EXIT as PROCESS_COUNT_EXIT,
         SANDBOX_SETUP_EXIT as SANDBOX_SETUP_EXIT,
     )
+    from trunner.invocation import Result as Result
     from trunner.limits import Limits as Limits
     from trunner.protocol import (
         CollectedFile as CollectedFile,
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from trunner.rules import (
         provider_profile_template_blake3 as provider_profile_template_blake3,
     )
-    from trunner.invocation import Result as Result
     from trunner.runner import Runner as Runner
     from trunner.worker import WORKER_BINARY as WORKER_BINARY, locate_worker as locate_worker
 

@@ -1,0 +1,387 @@
+"""`exec` files: placed in the working dir, collected back inside the stdout
+cap, refused before spawn when bad."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import pytest
+
+from conftest import child_pids
+from trunner import (
+    CollectedFile,
+    ExecFile,
+    ExecResult,
+    Limits,
+    Reason,
+    Runner,
+    RunnerError,
+    workdir,
+)
+from trunner.protocol import (
+    EXEC_COLLECT_MAX_FILES,
+    EXEC_INPUT_MAX_BYTES,
+    EXEC_INPUT_MAX_FILES,
+    EXEC_PATH_MAX_BYTES,
+    encode_frame,
+    exec_frame_bytes,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+PY = sys.executable
+# gcc's linker sets the output's exec bit with chmod, which the jail denies
+# (EPERM): in the jail that compiled it, the binary runs through the loader.
+LOADER = "/lib64/ld-linux-x86-64.so.2"
+
+C_SOURCE = b"""\
+#include <stdio.h>
+int main(void) {
+    FILE *f = fopen("out/answer.txt", "w");
+    if (!f) return 2;
+    fputs("forty-two\\n", f);
+    fclose(f);
+    puts("wrote it");
+    return 0;
+}
+"""
+
+
+TRUNNER = os.path.join(os.path.dirname(sys.executable), "trunner")
+
+
+def cli(*args: str) -> tuple[int, dict[str, object]]:
+    out = subprocess.run([TRUNNER, *args], capture_output=True, timeout=120)
+    return out.returncode, json.loads(out.stdout)
+
+
+def py(code: str) -> list[str]:
+    return [PY, "-c", code]
+
+
+@pytest.fixture
+def unspawnable(jail_root: Path) -> Runner:
+    """Fails `spawn_failed` as soon as it makes a jail dir or spawns."""
+    return Runner(temp_root=str(jail_root / "missing"), worker="/nonexistent/trunner-worker")
+
+
+# -- files in, files out -------------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.path.exists(LOADER) or shutil.which("cc") is None,
+                    reason="needs cc and the x86-64 loader")
+async def test_compile_then_run_returns_the_binary_and_the_output_file(runner: Runner) -> None:
+    script = f"mkdir out && cc -O1 -o a.out src/main.c && {LOADER} ./a.out"
+    done = (await runner.exec(["/bin/sh", "-c", script], files={"src/main.c": C_SOURCE},
+                              collect=["a.out", "out/*"])).response
+    assert (done.exit_code, done.stdout, done.stderr) == (0, b"wrote it\n", b"")
+    paths = {f.path: f for f in done.files}
+    assert sorted(paths) == ["a.out", "out/answer.txt"]
+    assert paths["out/answer.txt"].data == b"forty-two\n"
+    binary = paths["a.out"].data
+    assert binary[:4] == b"\x7fELF"
+    assert paths["a.out"].size == len(binary)
+    # The collected binary, placed executable in a fresh jail, runs as itself.
+    again = (await runner.exec(["/bin/sh", "-c", "mkdir out && ./a.out && cat out/answer.txt"],
+                               files={"a.out": ExecFile(data=binary, executable=True)})
+             ).response
+    assert (again.exit_code, again.stdout) == (0, b"wrote it\nforty-two\n")
+
+
+async def test_a_python_package_in_subdirectories_runs_with_dash_m(runner: Runner) -> None:
+    files: dict[str, bytes | ExecFile] = {
+        "pkg/__init__.py": b"",
+        "pkg/__main__.py": b"from pkg.calc.ops import double\nfrom pkg.io import save\n"
+                           b"save(double(21))\n",
+        "pkg/calc/__init__.py": b"",
+        "pkg/calc/ops.py": b"def double(x):\n    return 2 * x\n",
+        "pkg/io.py": b"def save(v):\n    open('result/value.txt', 'w').write(str(v))\n"
+                     b"    print('saved', v)\n",
+        "result/.keep": b"",
+    }
+    done = (await runner.exec([PY, "-m", "pkg"], files=files,
+                              collect=["result/*.txt", "pkg/**/*.py"])).response
+    assert (done.exit_code, done.stdout, done.stderr) == (0, b"saved 42\n", b"")
+    got = {f.path: f.data for f in done.files}
+    assert got.pop("result/value.txt") == b"42"
+    assert got == {p: d for p, d in files.items() if p.endswith(".py")}
+    assert done.unmatched == []
+
+
+async def test_the_exec_bit_comes_from_the_request(runner: Runner) -> None:
+    script = b"#!/bin/sh\necho ran\n"
+    files: dict[str, bytes | ExecFile] = {
+        "bin/yes.sh": ExecFile(data=script, executable=True), "bin/no.sh": script}
+    code = "import os; print(oct(os.stat('bin/yes.sh').st_mode), oct(os.stat('bin/no.sh').st_mode))"
+    done = (await runner.exec(py(code), files=files)).response
+    assert done.stdout == b"0o100755 0o100644\n"
+    ran = (await runner.exec(["./bin/yes.sh"], files=files)).response
+    assert (ran.exit_code, ran.stdout) == (0, b"ran\n")
+    refused = (await runner.exec(["/bin/sh", "-c", "./bin/no.sh"], files=files)).response
+    assert refused.exit_code == 126
+    assert b"Permission denied" in refused.stderr
+
+
+# -- collect -------------------------------------------------------------------------
+
+MAKE_TREE = """
+import os
+os.makedirs('out/deep/er')
+for i in range(40):
+    open(f'out/f{i:02}.txt', 'w').write(str(i))
+open('out/deep/er/x.log', 'w').write('log')
+open('out/.hidden', 'w').write('h')
+open('top.log', 'w').write('top')
+"""
+
+
+@pytest.mark.parametrize(("patterns", "paths", "unmatched"), [
+    (["*.bin", "nope/*"], [], ["*.bin", "nope/*"]),
+    (["top.log"], ["top.log"], []),
+    (["out/f07.txt"], ["out/f07.txt"], []),
+    (["out/*.txt"], [f"out/f{i:02}.txt" for i in range(40)], []),
+    (["**/*.log", "out/deep/**"], ["out/deep/er/x.log", "top.log"], []),
+    (["out/.*", "out/f1?.txt", "out/f[0]0.txt", "zzz"],
+     ["out/.hidden", "out/f00.txt", *(f"out/f1{i}.txt" for i in range(10))], ["zzz"]),
+    (["out/deep"], [], ["out/deep"]),  # a directory is not a file
+])
+async def test_collect_globs(
+    runner: Runner, patterns: list[str], paths: list[str], unmatched: list[str]
+) -> None:
+    done = (await runner.exec(py(MAKE_TREE), collect=patterns)).response
+    assert done.exit_code == 0, done.stderr
+    assert [f.path for f in done.files] == paths  # sorted, each once
+    assert done.unmatched == unmatched
+    for f in done.files:
+        assert f.size == len(f.data) > 0
+
+
+async def test_collected_symlinks_are_never_followed(runner: Runner) -> None:
+    code = """
+import os
+os.symlink('/etc/hostname', 'leak')
+os.symlink('/usr/lib', 'libdir')
+os.symlink('../../etc', 'up')
+os.mkdir('real')
+open('real/ok.txt', 'w').write('ok')
+os.symlink('real/ok.txt', 'inside')
+os.symlink('real', 'realdir')
+"""
+    done = (await runner.exec(py(code), collect=["leak", "libdir/*", "up/*", "inside",
+                                                 "realdir/ok.txt", "**"])).response
+    assert done.exit_code == 0, done.stderr
+    assert [f.path for f in done.files] == ["real/ok.txt"]
+    assert done.unmatched == ["leak", "libdir/*", "up/*", "inside", "realdir/ok.txt"]
+
+
+def test_reading_a_collected_path_refuses_a_swapped_in_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a process still running after the program could do between the match
+    # and the read: make a matched path's directory a symlink. (In-process: the
+    # worker's reader on a real directory tree.)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret").write_bytes(b"secret")
+    work = tmp_path / "work"
+    (work / "real").mkdir(parents=True)
+    (work / "real" / "secret").write_bytes(b"mine")
+    monkeypatch.chdir(work)
+    assert workdir._read_no_follow("real/secret", 100) == b"mine"
+    (work / "real" / "secret").unlink()
+    (work / "real").rmdir()
+    (work / "real").symlink_to(tmp_path / "outside")
+    assert workdir._read_no_follow("real/secret", 100) is None
+    (work / "file").symlink_to(tmp_path / "outside" / "secret")
+    assert workdir._read_no_follow("file", 100) is None
+    os.mkfifo(work / "fifo")
+    assert workdir._read_no_follow("fifo", 100) is None  # and does not block
+
+
+async def test_more_matches_than_the_bound_fail_with_stdout_cap(runner: Runner) -> None:
+    code = f"for i in range({EXEC_COLLECT_MAX_FILES + 1}): open(f'f{{i}}', 'w').close()"
+    with pytest.raises(RunnerError) as info:
+        await runner.exec(py(code), collect=["f*"])
+    assert info.value.reason is Reason.STDOUT_CAP
+    assert f"more than {EXEC_COLLECT_MAX_FILES} files" in info.value.detail
+    code = f"for i in range({EXEC_COLLECT_MAX_FILES}): open(f'f{{i}}', 'w').close()"
+    done = (await runner.exec(py(code), collect=["f*"])).response
+    assert len(done.files) == EXEC_COLLECT_MAX_FILES
+
+
+# -- the exact cap edge --------------------------------------------------------------
+
+CAP = 50_000
+
+
+def writer(out: int, sizes: list[int]) -> list[str]:
+    return py(f"import os; os.write(1, b'o' * {out}) if {out} else None\n"
+              f"for i, n in enumerate({sizes}): open(f'c{{i}}', 'wb').write(b'f' * n)")
+
+
+@pytest.mark.parametrize(("out", "sizes"), [
+    (0, [CAP]),
+    (CAP - 1000, [1000]),
+    (CAP // 2, [CAP // 4, CAP // 4, 0]),
+    (CAP, [0, 0]),
+    (0, [1] * 100 + [CAP - 100]),
+])
+async def test_stdout_and_collected_bytes_equal_to_the_cap_pass(
+    runner: Runner, out: int, sizes: list[int]
+) -> None:
+    limits = runner.limits.replace(stdout_max_bytes=CAP)
+    done = (await runner.exec(writer(out, sizes), collect=["c*"], limits=limits)).response
+    assert done.stdout == b"o" * out
+    by_name = {f.path: f.data for f in done.files}
+    assert by_name == {f"c{i}": b"f" * n for i, n in enumerate(sizes)}
+    assert len(done.stdout) + sum(map(len, by_name.values())) <= CAP
+
+
+@pytest.mark.parametrize(("out", "sizes"), [
+    (0, [CAP + 1]),
+    (CAP - 1000, [1001]),
+    (CAP // 2, [CAP // 4, CAP // 4, 1]),
+    (CAP, [0, 1]),
+    (0, [1] * 100 + [CAP - 99]),
+    (0, [10 * CAP]),
+])
+async def test_one_collected_byte_over_the_cap_fails_with_stdout_cap(
+    runner: Runner, out: int, sizes: list[int]
+) -> None:
+    limits = runner.limits.replace(stdout_max_bytes=CAP)
+    with pytest.raises(RunnerError) as info:
+        await runner.exec(writer(out, sizes), collect=["c*"], limits=limits)
+    assert info.value.reason is Reason.STDOUT_CAP
+    assert "collected files" in info.value.detail
+    assert child_pids() == []
+
+
+def test_the_frame_bound_holds_for_the_largest_reply() -> None:
+    cap, err_cap = 70_000, 300
+    patterns = ["p" * 100] * 3
+    name = "d/" + "x" * (EXEC_PATH_MAX_BYTES - 2)
+    files = [CollectedFile(path=name, size=2**62, data=b"") for _ in range(EXEC_COLLECT_MAX_FILES)]
+    files.append(CollectedFile(path=name, size=2**62, data=b"f" * (cap + 1)))
+    worst = ExecResult(exit_code=255, signal=None, stdout=b"", stderr=b"e" * (err_cap + 1),
+                       files=files, unmatched=patterns, elapsed_s=1e300)
+    assert len(encode_frame(worst)) <= exec_frame_bytes(cap, err_cap, patterns)
+    spread = [CollectedFile(path=name, size=300, data=b"f" * 300) for _ in range(cap // 300)]
+    rest = b"o" * (cap + 1 - 300 * len(spread))
+    worst = msgspec.structs.replace(worst, files=spread, stdout=rest)
+    assert len(encode_frame(worst)) <= exec_frame_bytes(cap, err_cap, patterns)
+    assert exec_frame_bytes(cap, err_cap) < exec_frame_bytes(cap, err_cap, patterns)
+
+
+# -- refused before anything is spawned ----------------------------------------------
+
+TOO_MANY = {f"f{i}": b"" for i in range(EXEC_INPUT_MAX_FILES + 1)}
+HALF = b"\0" * (EXEC_INPUT_MAX_BYTES // 2)
+
+REFUSALS: list[tuple[str, dict[str, Any], str]] = [
+    ("absolute", {"files": {"/etc/x": b""}}, "absolute"),
+    ("dotdot", {"files": {"a/../../x": b""}}, "'..'"),
+    ("dotdot-only", {"files": {"..": b""}}, "'..'"),
+    ("nul", {"files": {"a\0b": b""}}, "NUL"),
+    ("empty", {"files": {"": b""}}, "empty"),
+    ("dot", {"files": {"./.": b""}}, "empty"),
+    ("directory", {"files": {"a/": b""}}, "ends with '/'"),
+    ("duplicate", {"files": {"a/b": b"1", "./a//b": b"2"}}, "twice"),
+    ("file-and-dir", {"files": {"a": b"", "a/b": b""}}, "as a file and as the directory"),
+    ("long-name", {"files": {"x" * 256: b""}}, "longer than"),
+    ("long-path", {"files": {"/".join(["x" * 200] * 21): b""}}, "longer than"),
+    ("not-utf8", {"files": {"\udcff": b""}}, "UTF-8"),
+    ("not-bytes", {"files": {"a": "text"}}, "bytes or an ExecFile"),
+    ("too-many", {"files": TOO_MANY}, "over the bound"),
+    ("too-many-bytes", {"files": {"a": HALF, "b": HALF + b"\0"}}, "over the bound"),
+    ("stdin-counts", {"files": {"a": HALF}, "stdin": HALF + b"\0"}, "over the bound"),
+    ("over-fsize", {"files": {"a": b"x" * 1001},
+                    "limits": Limits(file_size_bytes=1000)}, "file_size_bytes"),
+    ("pattern-absolute", {"collect": ["/etc/*"]}, "absolute"),
+    ("pattern-dotdot", {"collect": ["../*"]}, "'..'"),
+    ("pattern-nul", {"collect": ["a\0"]}, "NUL"),
+    ("pattern-empty", {"collect": [""]}, "empty"),
+    ("pattern-duplicate", {"collect": ["*.txt", "./*.txt"]}, "twice"),
+    ("pattern-str", {"collect": "a.out"}, "not one str"),
+    ("too-many-patterns", {"collect": [f"p{i}" for i in range(EXEC_COLLECT_MAX_FILES + 1)]},
+     "over the bound"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [(k, w) for _, k, w in REFUSALS],
+                         ids=[name for name, _, _ in REFUSALS])
+async def test_bad_files_and_patterns_are_refused_before_spawn(
+    runner: Runner, unspawnable: Runner, jail_root: Path, kwargs: dict[str, Any], words: str
+) -> None:
+    # `unspawnable` would fail spawn_failed had it got as far as making a jail dir.
+    for r in (runner, unspawnable):
+        with pytest.raises(RunnerError) as info:
+            await r.exec(["/bin/true"], **kwargs)
+        assert info.value.reason is Reason.BAD_REQUEST, (info.value.reason, info.value.detail)
+        assert words in info.value.detail
+        assert "\n" not in info.value.detail
+        assert len(info.value.detail) < 300
+        assert child_pids() == []
+        assert list(jail_root.iterdir()) == []
+
+
+async def test_files_at_the_bounds_are_accepted(runner: Runner) -> None:
+    quarter = b"\0" * (EXEC_INPUT_MAX_BYTES // 4)
+    many = {f"d/f{i}": b"" for i in range(EXEC_INPUT_MAX_FILES - 2)}
+    files = {**many, "a": quarter, "b": quarter}
+    code = "import os; print(len(os.listdir('d')), os.path.getsize('a') + os.path.getsize('b'))"
+    done = (await runner.exec(py(code), files=files, stdin=quarter + quarter)).response
+    assert done.stdout == f"{EXEC_INPUT_MAX_FILES - 2} {EXEC_INPUT_MAX_BYTES // 2}\n".encode()
+
+
+def test_the_parent_checks_collected_paths_and_sizes() -> None:
+    def ok(*files: CollectedFile) -> bool:
+        return workdir.check_collected(list(files))
+
+    good = CollectedFile(path="a/b", size=1, data=b"x")
+    assert ok(good)
+    assert not ok(msgspec.structs.replace(good, size=2))
+    assert not ok(good, good)
+    for path in ("../x", "/x", "a//b", "a/./b", "", "a\0"):
+        assert not ok(msgspec.structs.replace(good, path=path)), path
+
+
+# -- the command line ---------------------------------------------------------------
+
+
+def test_exec_files_in_and_collected_as_base64_or_into_a_dir(tmp_path: Path) -> None:
+    src = tmp_path / "prog.sh"
+    src.write_bytes(b"#!/bin/sh\nmkdir -p out && echo made > out/x.txt && echo ran\n")
+    src.chmod(0o755)
+    data = tmp_path / "data.txt"
+    data.write_bytes(b"plain")
+    args = ["exec", "--file", "bin/prog.sh=" + str(src), "--file", "data.txt=" + str(data),
+            "--collect", "out/*", "--collect", "none*"]
+    code, out = cli(*args, "--text", "--", "/bin/sh", "-c", "./bin/prog.sh && ls -l data.txt")
+    assert code == 0, out
+    assert str(out["stdout"]).startswith("ran\n-rw-r--r--")  # exec bit from the host file
+    assert out["files"] == [{"path": "out/x.txt", "size": 5,
+                             "data": base64.b64encode(b"made\n").decode()}]
+    assert out["unmatched"] == ["none*"]
+    dest = tmp_path / "collected"
+    code, out = cli(*args, "--out", str(dest), "--", "./bin/prog.sh")
+    assert code == 0, out
+    assert out["files"] == [{"path": "out/x.txt", "size": 5,
+                             "written": str(dest / "out" / "x.txt")}]
+    assert (dest / "out" / "x.txt").read_bytes() == b"made\n"
+
+
+def test_exec_bad_files_are_refused(tmp_path: Path) -> None:
+    code, out = cli("exec", "--file", "/abs=/etc/hostname", "--", "/bin/true")
+    assert (code, out["error"]) == (1, "bad_request")
+    assert "absolute" in str(out["detail"])
+    code, out = cli("exec", "--file", "noequals", "--", "/bin/true")
+    assert (code, out["error"]) == (2, "bad_request")
+    code, out = cli("exec", "--file", f"a={tmp_path / 'missing'}", "--", "/bin/true")
+    assert (code, out["error"]) == (2, "bad_request")
