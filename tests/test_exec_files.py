@@ -205,6 +205,26 @@ def test_reading_a_collected_path_refuses_a_swapped_in_symlink(
     assert workdir._read_no_follow("fifo", 100) is None  # and does not block
 
 
+def test_collect_walks_deeper_than_the_recursion_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    depth = sys.getrecursionlimit() + 100
+    monkeypatch.chdir(tmp_path)
+    dirs = ["d/" * i for i in range(1, depth + 1)]
+    for d in dirs:
+        os.mkdir(d)
+    deepest = dirs[-1] + "f"
+    (tmp_path / deepest).write_bytes(b"deep")
+    try:
+        files, unmatched = workdir.collect(["**/f", "**/**/nope"], 100)
+        assert [(f.path, f.data) for f in files] == [(deepest, b"deep")]
+        assert unmatched == ["**/**/nope"]
+    finally:
+        os.unlink(deepest)
+        for d in reversed(dirs):
+            os.rmdir(d)
+
+
 async def test_more_matches_than_the_bound_fail_with_stdout_cap(runner: Runner) -> None:
     code = f"for i in range({EXEC_COLLECT_MAX_FILES + 1}): open(f'f{{i}}', 'w').close()"
     with pytest.raises(RunnerError) as info:

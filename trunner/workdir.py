@@ -84,8 +84,10 @@ def check_files(
             raise _refuse(f"file {path!r} is given twice (as {norm!r})")
         if isinstance(value, (bytes, bytearray, memoryview)):
             value = ExecFile(data=bytes(value))
-        if not isinstance(value, ExecFile) or not isinstance(value.data, bytes):
-            raise _refuse(f"file {path!r}: the content must be bytes or an ExecFile")
+        if not (isinstance(value, ExecFile) and isinstance(value.data, bytes)
+                and isinstance(value.executable, bool)):
+            raise _refuse(f"file {path!r}: the content must be bytes or an ExecFile"
+                          " (bytes data, bool executable)")
         if len(value.data) > file_size_bytes:
             raise _refuse(f"file {path!r} is {len(value.data)} bytes, over file_size_bytes"
                           f" ({file_size_bytes})")
@@ -165,7 +167,10 @@ def collect(patterns: Sequence[str], budget: int) -> tuple[list[CollectedFile], 
     unmatched = []
     for pattern in patterns:
         matched = False
-        for path in _match("", pattern.split("/")):
+        segments = pattern.split("/")
+        # `**/**` is `**`: collapse runs, which would only repeat the walk.
+        segments = [g for i, g in enumerate(segments) if g != "**" or segments[i - 1 : i] != [g]]
+        for path in _match(segments):
             matched = True
             found.add(path)
             if len(found) > EXEC_COLLECT_MAX_FILES:
@@ -186,33 +191,37 @@ def collect(patterns: Sequence[str], budget: int) -> tuple[list[CollectedFile], 
     return out, unmatched
 
 
-def _match(prefix: str, segments: list[str]) -> Iterator[str]:
-    """Paths of regular files under `prefix` (relative, '' or ending '/')
-    that `segments` match; symlinks are neither matched nor entered."""
-    seg, rest = segments[0], segments[1:]
-    if seg == "**":
-        if rest:
-            yield from _match(prefix, rest)
-        for entry in _entries(prefix):
-            if entry.is_dir(follow_symlinks=False):
-                yield from _match(f"{prefix}{entry.name}/", segments)
-            elif not rest and entry.is_file(follow_symlinks=False):
-                yield prefix + entry.name
-        return
-    if any(c in seg for c in "*?["):
-        names = [e.name for e in _entries(prefix) if fnmatch.fnmatchcase(e.name, seg)]
-    else:
-        names = [seg]
-    for name in names:
-        path = prefix + name
-        try:
-            st = os.lstat(path)
-        except (OSError, ValueError):
+def _match(segments: list[str]) -> Iterator[str]:
+    """Paths of regular files that `segments` match, walked with a stack
+    (no recursion, whatever the depth); symlinks are neither matched nor
+    entered."""
+    stack = [("", segments)]
+    while stack:
+        prefix, segs = stack.pop()  # prefix: '' or a directory path ending '/'
+        seg, rest = segs[0], segs[1:]
+        if seg == "**":
+            if rest:
+                stack.append((prefix, rest))
+            for entry in _entries(prefix):
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((f"{prefix}{entry.name}/", segs))
+                elif not rest and entry.is_file(follow_symlinks=False):
+                    yield prefix + entry.name
             continue
-        if rest and stat.S_ISDIR(st.st_mode):
-            yield from _match(path + "/", rest)
-        elif not rest and stat.S_ISREG(st.st_mode) and _plain(path):
-            yield path
+        if any(c in seg for c in "*?["):
+            names = [e.name for e in _entries(prefix) if fnmatch.fnmatchcase(e.name, seg)]
+        else:
+            names = [seg]
+        for name in names:
+            path = prefix + name
+            try:
+                mode = os.lstat(path).st_mode
+            except (OSError, ValueError):
+                continue
+            if rest and stat.S_ISDIR(mode):
+                stack.append((path + "/", rest))
+            elif not rest and stat.S_ISREG(mode) and _plain(path):
+                yield path
 
 
 def _entries(prefix: str) -> list[os.DirEntry[str]]:
