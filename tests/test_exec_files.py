@@ -4,6 +4,7 @@ cap, refused before spawn when bad."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -211,18 +212,20 @@ def test_collect_walks_deeper_than_the_recursion_limit(
     depth = sys.getrecursionlimit() + 100
     monkeypatch.chdir(tmp_path)
     dirs = ["d/" * i for i in range(1, depth + 1)]
-    for d in dirs:
-        os.mkdir(d)
     deepest = dirs[-1] + "f"
-    (tmp_path / deepest).write_bytes(b"deep")
-    try:
+    try:  # a tree this deep left behind would break pytest's own tmp cleanup
+        for d in dirs:
+            os.mkdir(d)
+        (tmp_path / deepest).write_bytes(b"deep")
         files, unmatched = workdir.collect(["**/f", "**/**/nope"], 100)
         assert [(f.path, f.data) for f in files] == [(deepest, b"deep")]
         assert unmatched == ["**/**/nope"]
     finally:
-        os.unlink(deepest)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(deepest)
         for d in reversed(dirs):
-            os.rmdir(d)
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(d)
 
 
 async def test_more_matches_than_the_bound_fail_with_stdout_cap(runner: Runner) -> None:
