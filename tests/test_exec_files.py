@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import child_pids
 from trunner import (
@@ -361,6 +362,25 @@ async def test_files_at_the_bounds_are_accepted(runner: Runner) -> None:
     code = "import os; print(len(os.listdir('d')), os.path.getsize('a') + os.path.getsize('b'))"
     done = (await runner.exec(py(code), files=files, stdin=quarter + quarter)).response
     assert done.stdout == f"{EXEC_INPUT_MAX_FILES - 2} {EXEC_INPUT_MAX_BYTES // 2}\n".encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="/.a\0\udcff\u00e9", max_size=12))
+def test_a_normal_path_is_relative_plain_and_stable(path: str) -> None:
+    try:
+        norm = workdir.normal_path(path)
+    except RunnerError as e:
+        refusal: RunnerError | None = e
+    else:
+        refusal = None
+    if refusal is not None:
+        assert refusal.reason is Reason.BAD_REQUEST
+        return
+    parts = norm.split("/")
+    assert all(p not in ("", ".", "..") for p in parts)
+    assert "\0" not in norm
+    assert workdir.normal_path(norm) == norm
+    assert os.path.normpath(path) == norm
 
 
 def test_the_parent_checks_collected_paths_and_sizes() -> None:

@@ -1,9 +1,10 @@
 """Adapter modes: read one request frame from stdin, write one response frame.
 
-Built in: `echo` (returns its request) and `exec` (runs an argv inside the
-same jail). A user mode is a `package.module:function` spec. An exception
-exits 1 with its traceback on stderr and no frame. After the frame is
-written the process leaves with `os._exit(0)`, skipping interpreter teardown.
+Built in: `echo` (returns its request) and `exec` (places files, runs an
+argv inside the same jail, collects files). A user mode is a
+`package.module:function` spec. An exception exits 1 with its traceback on
+stderr and no frame. After the frame is written the process leaves with
+`os._exit(0)`, skipping interpreter teardown.
 """
 
 from __future__ import annotations
