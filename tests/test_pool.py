@@ -72,3 +72,17 @@ async def test_pool_outside_async_with_is_refused(runner: Runner) -> None:
     pool = runner.pool("echo")
     with pytest.raises(RuntimeError):
         await pool.run(1)
+
+
+async def test_an_exec_pool_keeps_the_exec_caps_to_the_byte(runner: Runner) -> None:
+    import sys
+
+    limits = runner.limits.replace(stdout_max_bytes=1000)
+    argv = [sys.executable, "-c", "import os, sys; os.write(1, b'o' * int(sys.argv[1]))"]
+    async with runner.pool("exec", size=1, limits=limits) as pool:
+        assert (await pool.exec([*argv, "1000"])).response.stdout == b"o" * 1000
+        with pytest.raises(RunnerError) as info:
+            await pool.exec([*argv, "1001"])
+        assert info.value.reason is Reason.STDOUT_CAP
+        with pytest.raises(RuntimeError, match="pool.exec"):
+            await pool.run({"argv": ["true"]})

@@ -10,7 +10,7 @@ starts when its request is written; the caps and the verdict are the same.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +18,7 @@ import trio
 
 from trunner import invocation
 from trunner.errors import RunnerError
-from trunner.protocol import encode_frame
+from trunner.protocol import ExecFile, ExecResult, encode_frame
 
 #: Pause before retrying a refill that could not spawn.
 REFILL_BACKOFF_S = 1.0
@@ -80,6 +80,27 @@ class WorkerPool:
     async def run(self, request: object, *, response_type: Any = Any) -> Result[Any]:
         """Serve `request` on a prewarmed worker (or a fresh one if none is
         ready). Same reasons, same verdict as `Runner.run`."""
+        if self._argv[1] == "exec":
+            raise RuntimeError("an exec pool serves `pool.exec(argv, ...)`, not `pool.run`")
+        return await self._serve(request, self._caps, response_type)
+
+    async def exec(
+        self, argv: Sequence[str], *, stdin: bytes = b"",
+        files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
+    ) -> Result[ExecResult]:
+        """`Runner.exec` on a prewarmed worker of a `runner.pool("exec")`:
+        the same checks, caps and verdict."""
+        from trunner.runner import check_exec_caps, exec_request
+
+        if self._argv[1] != "exec":
+            raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
+        request, caps = exec_request(argv, stdin, files, collect, self._limits)
+        result: Result[ExecResult] = await self._serve(request, caps, ExecResult)
+        check_exec_caps(result.response, self._limits)
+        return result
+
+    async def _serve(self, request: object, caps: invocation.Caps, response_type: Any
+                     ) -> Result[Any]:
         if not self._open:
             raise RuntimeError("use the pool inside `async with runner.pool(...)`")
         runner = self._runner
@@ -95,8 +116,8 @@ class WorkerPool:
             else:
                 started = await invocation.start(runner.backend, self._argv, self._limits,
                                                  runner.temp_root)
-            outcome = await invocation.serve(started, frame, self._caps)
-            response = invocation.judge(outcome, runner.backend, self._caps.stdout_max_bytes,
+            outcome = await invocation.serve(started, frame, caps)
+            response = invocation.judge(outcome, runner.backend, caps.stdout_max_bytes,
                                         response_type)
         return invocation.Result(response, version)
 

@@ -189,20 +189,7 @@ class Runner:
                 `EXEC_COLLECT_MAX_FILES` files match; any other `Reason`.
         """
         limits = self._limits(limits)
-        with invocation.only_runner_errors():
-            placed = workdir.check_files(files, stdin_bytes=len(stdin),
-                                         file_size_bytes=limits.file_size_bytes)
-            patterns = workdir.check_patterns(collect)
-            request = ExecRequest(
-                argv=list(argv),
-                stdin=stdin,
-                files=placed,
-                collect=patterns,
-                stdout_max_bytes=limits.stdout_max_bytes,
-                stderr_max_bytes=limits.stderr_max_bytes,
-            )
-        caps = invocation.Caps(limits.wall_time_s, exec_frame_bytes(
-            limits.stdout_max_bytes, limits.stderr_max_bytes, patterns), limits.stderr_max_bytes)
+        request, caps = exec_request(argv, stdin, files, collect, limits)
         result: Result[ExecResult] = await self._run(
             (self.worker, "exec"), request, limits, caps, ExecResult)
         check_exec_caps(result.response, limits)
@@ -245,6 +232,32 @@ class Runner:
 
         limits = self.limits if limits is None else limits
         return WorkerPool(self, self.resolve_mode(mode), size=size, limits=limits, idle_s=idle_s)
+
+
+def exec_request(
+    argv: Sequence[str], stdin: bytes, files: Mapping[str, bytes | ExecFile] | None,
+    collect: Sequence[str], limits: Limits,
+) -> tuple[ExecRequest, invocation.Caps]:
+    """A checked `exec` request, and the caps the parent enforces for it.
+
+    Raises:
+        RunnerError: `bad_request`, before anything is spawned.
+    """
+    with invocation.only_runner_errors():
+        placed = workdir.check_files(files, stdin_bytes=len(stdin),
+                                     file_size_bytes=limits.file_size_bytes)
+        patterns = workdir.check_patterns(collect)
+        request = ExecRequest(
+            argv=list(argv),
+            stdin=stdin,
+            files=placed,
+            collect=patterns,
+            stdout_max_bytes=limits.stdout_max_bytes,
+            stderr_max_bytes=limits.stderr_max_bytes,
+        )
+    caps = invocation.Caps(limits.wall_time_s, exec_frame_bytes(
+        limits.stdout_max_bytes, limits.stderr_max_bytes, patterns), limits.stderr_max_bytes)
+    return request, caps
 
 
 def check_exec_caps(response: ExecResult, limits: Limits) -> None:
