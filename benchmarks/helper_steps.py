@@ -39,7 +39,7 @@ from trunner.jail import Command
 from trunner.limits import Limits
 from trunner.linux.backend import LinuxBackend
 from trunner.nursery_run import Outcome, supervise
-from trunner.runner import remove_tree
+from trunner.cleanup import remove_tree
 from trunner.spawn import spawn
 from trunner.worker import locate_worker
 

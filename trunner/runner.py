@@ -13,9 +13,7 @@ import functools
 import importlib.machinery
 import os
 import re
-import shutil
 import signal
-import tempfile
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final
@@ -25,6 +23,7 @@ import trio
 
 from trunner import jail as _jail
 from trunner.adapters import BUILTIN_MODES
+from trunner.cleanup import make_jail_dir, remove_jail_dir
 from trunner.errors import Reason, RunnerError
 from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.limits import Limits
@@ -180,7 +179,7 @@ class Runner:
     async def _start(self, adapter_argv: Sequence[str], limits: Limits) -> Started:
         """Make a jail dir and a jail, and spawn the helper into them."""
         try:
-            jail_dir = tempfile.mkdtemp(prefix="trunner-", dir=self.temp_root)
+            jail_dir = make_jail_dir(self.temp_root)
         except OSError as e:
             raise RunnerError(
                 Reason.SPAWN_FAILED, f"cannot make the jail dir: {e.strerror} (errno {e.errno})"
@@ -196,7 +195,7 @@ class Runner:
                     await jail.release()
                 raise
         except BaseException:
-            remove_tree(jail_dir)
+            await remove_jail_dir(jail_dir)  # the error in flight is the reason
             raise
 
     async def _serve(
@@ -204,7 +203,7 @@ class Runner:
     ) -> Outcome:
         """Supervise a started child to its end, then free its jail."""
         try:
-            return await supervise(
+            outcome = await supervise(
                 started.child,
                 frame,
                 deadline=deadline,
@@ -214,7 +213,10 @@ class Runner:
         finally:
             with trio.CancelScope(shield=True):
                 await started.jail.release()
-            remove_tree(started.jail_dir)
+            gone = await remove_jail_dir(started.jail_dir)
+        if not gone and outcome.exit_code == 0:  # else the run already failed: that reason wins
+            outcome.fail(Reason.CLEANUP_FAILED, f"cannot remove the jail dir {started.jail_dir}")
+        return outcome
 
     async def _discard(self, started: Started) -> None:
         """End a started child that will serve nothing (an idle pooled worker)."""
@@ -227,7 +229,7 @@ class Runner:
                 await child.aclose_streams()
                 await started.jail.release()
             finally:
-                remove_tree(started.jail_dir)
+                await remove_jail_dir(started.jail_dir)
 
     def pool(
         self, mode: str, *, size: int = 2, limits: Limits | None = None, idle_s: float = 60.0
@@ -301,36 +303,6 @@ def _status(code: int | None) -> dict[str, int | None]:
     if code is None:
         return {}
     return {"signal": -code} if code < 0 else {"exit_status": code}
-
-
-def remove_tree(path: str) -> bool:
-    """Remove a jail dir whatever the child did to its modes. Best effort:
-    it runs on failure paths too, where the first error is the one to raise;
-    returns whether the dir is gone."""
-    try:
-        os.rmdir(path)  # the common failure case, empty: needs no fd
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        pass
-    try:
-        shutil.rmtree(path)
-        return True
-    except OSError:
-        pass
-    # A child may have removed write or search bits inside its jail.
-    for root, dirs, _ in os.walk(path):
-        for name in dirs:
-            try:
-                os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
-            except OSError:
-                pass
-    try:
-        shutil.rmtree(path)
-    except OSError:
-        return False
-    return True
 
 
 @functools.cache

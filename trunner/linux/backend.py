@@ -25,7 +25,7 @@ from pathlib import Path
 
 import trio
 
-from trunner.linux import landlock, seccomp
+from trunner.linux import landlock, seccomp, watchdog
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, HostSupport
 from trunner.limits import Limits
@@ -381,6 +381,7 @@ class LinuxBackend:
             base = host.process_limit.split(":", 1)[1]
             cgroup = os.path.join(base, CGROUP_DIR_NAME, f"{os.getpid()}-{uuid.uuid4().hex}")
             try:
+                watchdog.hold(cgroup, jail_dir)  # listed before it exists
                 os.mkdir(cgroup)
                 Path(cgroup, "pids.max").write_text(str(limits.processes))
             except OSError as e:
@@ -406,4 +407,6 @@ class LinuxBackend:
             fail_step=self.fail_step,
         )
         argv = (*launch, "helper", *plan, "--", *adapter_argv)
-        return LinuxJail(Command(argv=argv, env=env, cwd=jail_dir, cgroup=cgroup), cgroup)
+        return LinuxJail(
+            Command(argv=argv, env=env, cwd=jail_dir, cgroup=cgroup, jail_dir=jail_dir), cgroup
+        )
