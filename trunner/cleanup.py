@@ -59,8 +59,8 @@ def _remove(top: int, name: str) -> None:
     # One frame per directory from `name` down to the open one: its name in
     # its parent, its identity (to check that ".." leads back), and its
     # subdirectories still to remove. Only the deepest directory is open.
-    frames = [(name, _identity(fd), _clear(fd))]
     try:
+        frames = [(name, _identity(fd), _clear(fd))]
         while frames:
             subdirs = frames[-1][2]
             if subdirs:
@@ -126,22 +126,27 @@ def _identity(fd: int) -> tuple[int, int]:
 
 
 def make_jail_dir(temp_root: str | None) -> str:
-    """A fresh 0700 jail dir, listed with the watchdog from the start, so
-    that a parent dying at any later moment leaves it to the watchdog.
+    """A fresh 0700 jail dir under `temp_root` (default: the system temp
+    dir), listed with the watchdog before it exists: a parent dying at any
+    moment after this call leaves it to the watchdog.
 
     Raises:
-        OSError: the dir cannot be made, or the watchdog cannot be told
-            (then no dir is left).
+        OSError: the dir cannot be made, or the watchdog cannot be told.
     """
     from trunner.linux import watchdog
 
-    path = tempfile.mkdtemp(prefix="trunner-", dir=temp_root)
-    try:
+    root = os.path.abspath(tempfile.gettempdir() if temp_root is None else temp_root)
+    while True:
+        path = os.path.join(root, f"trunner-{os.urandom(8).hex()}")
         watchdog.hold(None, path)
-    except BaseException:
-        os.rmdir(path)
-        raise
-    return path
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            watchdog.forget(path)  # not ours: never the watchdog's to remove
+        except BaseException:
+            watchdog.forget(path)
+            raise
 
 
 async def remove_jail_dir(path: str) -> bool:
