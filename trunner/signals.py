@@ -56,6 +56,9 @@ async def cancel_on_signals(
 
     async def watch(received: AsyncIterator[int]) -> None:
         with watcher:
+            # The body may be over before this task first runs: the receiver
+            # is closed then, and only this checkpoint (cancelled) is safe.
+            await trio.lowlevel.checkpoint()
             async for signum in received:
                 scope.signal = _signal.Signals(signum)
                 scope.cancel_scope.cancel()
