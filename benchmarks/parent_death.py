@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Parent death: how long a SIGKILLed parent's jailed work outlives it.
 
-    python benchmarks/parent_death.py [-r 5] [--runs 6] [--json]
+    python benchmarks/parent_death.py [-r 5] [--runs 6] [--subreaper] [--json]
 
 Each round starts a separate Python parent doing `--runs` invocations at
 once (each forks two grandchildren and sleeps), waits until every jailed
@@ -10,11 +10,18 @@ millisecond: when the parent is reaped, when each jailed process has died
 (a zombie counts as dead) and when it is reaped, when the watchdog exits,
 and when the parent's cgroups and jail dirs are gone. Times are ms after the
 SIGKILL; "n/a" where a thing never went within the 5 s window.
+
+A dead parent's children (dead jailed processes, zombies then) are reaped
+by the nearest subreaper ancestor, else PID 1, never by trunner.
+`plain_orphan` is the same wait for an orphan that has nothing to do with
+trunner. `--subreaper` makes this harness that ancestor (it reaps them),
+as a supervisor such as tini or systemd would.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -103,7 +110,30 @@ def _cgroups(parent_pid: int) -> list[str]:
         return []
 
 
-def one_round(runs: int) -> dict[str, Any]:
+ORPHAN = "import os, time\npid = os.fork()\nif pid == 0:\n    os.close(1)\n    os.close(2)\n    time.sleep(1000)\nprint(pid)\n"
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not (yet) ours
+
+
+def plain_orphan_ms(subreaper: bool) -> float:
+    """How long a killed orphan with no tie to trunner stays unreaped."""
+    pid = int(subprocess.run([sys.executable, "-c", ORPHAN], capture_output=True,
+                             text=True, check=True).stdout)
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    while _state(pid) is not None:
+        if subreaper:
+            _reap(pid)
+        time.sleep(0.001)
+    return (time.monotonic() - t0) * 1000
+
+
+def one_round(runs: int, subreaper: bool) -> dict[str, Any]:
     root = tempfile.mkdtemp(prefix="parent-death-")
     script = PARENT.format(tests=TESTS_DIR, root=root, runs=runs)
     parent = subprocess.Popen([sys.executable, "-c", script])
@@ -127,11 +157,15 @@ def one_round(runs: int) -> dict[str, Any]:
             if "parent" not in marks and parent.poll() is not None:
                 marks["parent"] = now
             for pid in jailed:
+                if subreaper:
+                    _reap(pid)
                 state = _state(pid)
                 if pid not in dead and state in (None, "Z", "X"):
                     dead[pid] = now
                 if pid not in reaped and state is None:
                     reaped[pid] = now
+            for pid in watchdogs if subreaper else ():
+                _reap(pid)
             if "watchdog" not in marks and all(_state(p) in (None, "Z") for p in watchdogs):
                 marks["watchdog"] = now
             if "cgroups" not in marks and not _cgroups(parent.pid):
@@ -145,6 +179,7 @@ def one_round(runs: int) -> dict[str, Any]:
             marks["last_dead"] = max(dead.values())
         if len(reaped) == len(jailed):
             marks["last_reaped"] = max(reaped.values())
+        marks["plain_orphan"] = plain_orphan_ms(subreaper)
         return marks
     finally:
         if parent.poll() is None:
@@ -153,16 +188,22 @@ def one_round(runs: int) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-KEYS = ("parent", "last_dead", "last_reaped", "watchdog", "cgroups", "jail_dirs")
+KEYS = ("parent", "last_dead", "last_reaped", "watchdog", "cgroups", "jail_dirs", "plain_orphan")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("-r", "--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=6, help="invocations in flight per parent")
+    ap.add_argument("--subreaper", action="store_true",
+                    help="be the dead parent's reaping ancestor (PR_SET_CHILD_SUBREAPER)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    rounds = [one_round(args.runs) for _ in range(args.rounds)]
+    if args.subreaper:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+    rounds = [one_round(args.runs, args.subreaper) for _ in range(args.rounds)]
     summary = {}
     for key in KEYS:
         values = [r[key] for r in rounds if key in r]
@@ -174,7 +215,8 @@ def main() -> int:
     if args.json:
         print(json.dumps({"rounds": rounds, "summary": summary}))
         return 0
-    print(f"{args.rounds} rounds, {args.runs} runs in flight, ms after SIGKILL")
+    how = "this harness as subreaper" if args.subreaper else "reaped by PID 1"
+    print(f"{args.rounds} rounds, {args.runs} runs in flight, {how}; ms after SIGKILL")
     print(f"{'':>12} {'median':>8} {'max':>8}  missed")
     for key, s in summary.items():
         med = "n/a" if s["median_ms"] is None else f"{s['median_ms']:.0f}"

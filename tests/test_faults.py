@@ -133,7 +133,8 @@ async def test_cancel_at_random_points_leaves_nothing(
               for _ in range(200)]
     leaders: dict[object, list[int]] = {}
     jail_dirs: dict[object, list[str]] = {}
-    real_spawn, real_make_jail_dir = trunner.runner.spawn, trunner.runner.make_jail_dir
+    from trunner.cleanup import make_jail_dir as real_make_jail_dir
+    from trunner.spawn import spawn as real_spawn
 
     async def spawn(cmd: Any) -> Any:
         child = await real_spawn(cmd)
@@ -471,7 +472,7 @@ async def test_jail_dir_on_a_full_filesystem_child_gets_enospc(tiny_tmpfs: Any) 
     root = tiny_tmpfs("size=64k,mode=0700")
     runner = Runner(import_paths=[TESTS_DIR], temp_root=str(root), limits=Limits(wall_time_s=20))
     # Caught in the child: it can write up to the filesystem's size, no further.
-    result = (await runner.run("children:run_code", textwrap.dedent("""
+    result: Any = (await runner.run("children:run_code", textwrap.dedent("""
         import errno
         written = 0
         try:
@@ -501,8 +502,8 @@ async def test_temp_root_out_of_inodes_is_spawn_failed(
     while True:  # use up every inode
         try:
             (root / f"f{n}").touch()
-        except OSError as e:
-            assert e.errno == errno.ENOSPC
+        except OSError as full:
+            assert full.errno == errno.ENOSPC
             break
         n += 1
     runner = Runner(import_paths=[TESTS_DIR], temp_root=str(root))

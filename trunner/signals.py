@@ -48,8 +48,8 @@ async def cancel_on_signals(
 
     The body ends as if its caller had cancelled it; the `async with` then
     returns normally, with `.signal` set. A second signal that arrives while
-    the body unwinds is delivered as usual once it has (trio redelivers
-    it), so it still ends a process whose cleanup hangs. Main thread only.
+    the body unwinds is held until it has, then delivered as usual (trio
+    redelivers it). Main thread only.
     """
     scope = SignalScope()
     watcher = trio.CancelScope()
