@@ -42,7 +42,7 @@ def open_fds() -> set[str]:
 
 def child_pids() -> list[int]:
     """Our child processes, not counting trunner's own watchdog."""
-    from trunner.watchdog import watchdog_pid
+    from trunner.linux.watchdog import watchdog_pid
 
     pids: list[int] = []
     for path in glob.glob("/proc/self/task/*/children"):
@@ -120,7 +120,7 @@ async def run_load(
     on success.
     """
     from trunner import Limits, Runner, RunnerError
-    from trunner.watchdog import ensure_running
+    from trunner.linux.watchdog import ensure_running
 
     ensure_running()
     runner = Runner(temp_root=temp_root, limits=Limits(wall_time_s=60.0))

@@ -390,7 +390,7 @@ async def drain_trunner(nbytes: int, backend: Any | None, temp_root: str) -> dic
     from trunner.jail import Command
     from trunner.limits import Limits
     from trunner.nursery_run import supervise
-    from trunner.invocation import remove_tree
+    from trunner.cleanup import remove_tree
     from trunner.spawn import spawn
 
     argv = ("/bin/sh", "-c", f"head -c {nbytes} /dev/zero")

@@ -26,7 +26,7 @@ def open_fds() -> set[str]:
 
 def child_pids() -> list[int]:
     """Our child processes, not counting trunner's own watchdog."""
-    from trunner.watchdog import watchdog_pid
+    from trunner.linux.watchdog import watchdog_pid
 
     pids: list[int] = []
     for path in glob.glob("/proc/self/task/*/children"):
@@ -67,7 +67,7 @@ def jail_root(tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True)
 def no_leaks(jail_root: Path) -> Iterator[None]:
     """Every test leaves no fd, child process, jail dir or cgroup behind."""
-    from trunner.watchdog import ensure_running
+    from trunner.linux.watchdog import ensure_running
 
     ensure_running()  # one per parent process, started once: not a leak
     fds, cgroups = open_fds(), cgroup_dirs()

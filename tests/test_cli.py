@@ -1,17 +1,21 @@
-"""The `trunner` command and mode lookup, as a user runs them."""
+"""The `trunner` command, mode lookup, and signals as cancellation, as a user
+runs them."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
-from conftest import TESTS_DIR
-from trunner import Reason, Runner, RunnerError, locate_worker
+from conftest import TESTS_DIR, group_alive, is_alive, watch_children
+from trunner import Reason, Runner, RunnerError, cancel_on_signals, locate_worker
 from trunner import runner as runner_module
 
 TRUNNER = os.path.join(os.path.dirname(sys.executable), "trunner")
@@ -66,3 +70,92 @@ async def test_entry_point_modes_resolve_and_run(
         assert info.value.reason is Reason.UNKNOWN_MODE
     finally:
         runner_module._mode_entry_points.cache_clear()
+
+
+# -- SIGTERM and SIGINT: cancellation, cleanup, 128+signal ---------------------
+
+
+def _jailed_sleep(root: Path) -> int | None:
+    """The pid of a `sleep` whose cwd is a jail dir under `root`, if one runs."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+            with open(f"/proc/{entry}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if cwd.startswith(f"{root}{os.sep}") and comm == "sleep" and is_alive(int(entry)):
+            return int(entry)
+    return None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+async def test_a_signalled_cli_cleans_up_and_exits_128_plus_the_signal(
+    jail_root: Path, sig: signal.Signals
+) -> None:
+    """Before: SIGTERM ended the CLI on the spot and its jail dir stayed."""
+    cli = subprocess.Popen(
+        [TRUNNER, "exec", "--timeout", "60", "--", "/bin/sleep", "1000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "TMPDIR": str(jail_root)},
+    )
+    try:
+        with trio.fail_after(60):
+            while (sleeper := _jailed_sleep(jail_root)) is None:
+                assert cli.poll() is None, cli.stderr.read() if cli.stderr else ""
+                await trio.sleep(0.005)
+        cli.send_signal(sig)
+        with trio.fail_after(10):
+            while cli.poll() is None:
+                await trio.sleep(0.005)
+        assert cli.stdout is not None and cli.stderr is not None
+        out = json.loads(cli.stdout.read())
+        assert cli.returncode == 128 + sig, cli.stderr.read()
+        assert out == {"error": "signal", "detail": f"cancelled by {sig.name}"}
+        assert not is_alive(sleeper)
+        assert list(jail_root.iterdir()) == []  # removed by the CLI itself, before its exit
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        cli.wait()
+        for stream in (cli.stdout, cli.stderr):
+            if stream is not None:
+                stream.close()
+
+
+async def test_cancel_on_signals_cancels_the_runs_and_tells_the_signal(
+    runner: Runner, jail_root: Path
+) -> None:
+    seen: list[int] = []
+
+    async def signal_once_running() -> None:
+        with trio.fail_after(30):
+            await watch_children(seen)
+        os.kill(os.getpid(), signal.SIGINT)  # a real signal to this process
+
+    async with cancel_on_signals() as stop:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(signal_once_running)
+            await runner.run("children:sleep", 1000)
+    assert stop.signal is signal.SIGINT and stop.exit_code == 130
+    assert stop.cancel_scope.cancelled_caught
+    assert seen and not any(is_alive(p) or group_alive(p) for p in seen)
+    assert list(jail_root.iterdir()) == []
+
+
+async def test_cancel_on_signals_lets_the_body_errors_through_unwrapped(runner: Runner) -> None:
+    with pytest.raises(RunnerError) as info:
+        async with cancel_on_signals() as stop:
+            await runner.run("children:run_code", "import os; os._exit(3)")
+    assert (info.value.reason, info.value.exit_status) == (Reason.NONZERO_EXIT, 3)
+    assert stop.signal is None and stop.exit_code is None
+
+
+async def test_cancel_on_signals_around_a_body_that_never_checkpoints() -> None:
+    """Its watcher then first runs after the receiver closed (this crashed
+    trio with a TrioInternalError, as `trunner exec --timeout -1` did)."""
+    async with cancel_on_signals() as stop:
+        pass
+    await trio.testing.wait_all_tasks_blocked()  # the watcher has run and ended
+    assert stop.signal is None and not stop.cancel_scope.cancelled_caught

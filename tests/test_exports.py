@@ -17,6 +17,7 @@ import trunner
 PUBLIC = {
     "CollectedFile", "ExecFile", "ExecRequest", "ExecResult", "Limits", "PROCESS_COUNT_EXIT",
     "Reason", "Result", "Runner", "RunnerError", "SANDBOX_SETUP_EXIT", "WORKER_BINARY",
+    "cancel_on_signals",
     "locate_worker", "provider_profile_template_blake3",
 }
 

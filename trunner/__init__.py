@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         provider_profile_template_blake3 as provider_profile_template_blake3,
     )
     from trunner.runner import Runner as Runner
+    from trunner.signals import cancel_on_signals as cancel_on_signals
     from trunner.worker import WORKER_BINARY as WORKER_BINARY, locate_worker as locate_worker
 
 _WHERE = {
@@ -44,6 +45,7 @@ _WHERE = {
     "provider_profile_template_blake3": "trunner.rules",
     "Result": "trunner.invocation",
     "Runner": "trunner.runner",
+    "cancel_on_signals": "trunner.signals",
     "WORKER_BINARY": "trunner.worker",
     "locate_worker": "trunner.worker",
 }

@@ -2,7 +2,9 @@
 
 Output is one JSON object on stdout. Bytes are base64 strings (msgspec's
 JSON encoding) unless `--text` asks for UTF-8 text. On a `RunnerError` it
-prints `{"error": REASON, "detail": ...}` and exits 1.
+prints `{"error": REASON, "detail": ...}` and exits 1. SIGTERM or SIGINT
+cancels the run, which cleans up; it then prints `{"error": "signal", ...}`
+and exits 128 + the signal.
 """
 
 from __future__ import annotations
@@ -81,6 +83,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from trunner.signals import cancel_on_signals
+
+    async with cancel_on_signals() as stop:
+        return await _run_command(args)
+    assert stop.signal is not None and stop.exit_code is not None  # cancelled by it
+    _print({"error": "signal", "detail": f"cancelled by {stop.signal.name}"})
+    return stop.exit_code
+
+
+async def _run_command(args: argparse.Namespace) -> int:
     from trunner.errors import RunnerError
     from trunner.runner import Runner
 

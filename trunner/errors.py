@@ -38,6 +38,8 @@ class Reason(enum.StrEnum):
     PROCESS_COUNT = "process_count"
     PROCESS_LIMIT_UNAVAILABLE = "process_limit_unavailable"
     UNSUPPORTED_PLATFORM = "unsupported_platform"
+    # After the child.
+    CLEANUP_FAILED = "cleanup_failed"
     # A bug in trunner, reported as a RunnerError (the cause is chained).
     INTERNAL_ERROR = "internal_error"
 

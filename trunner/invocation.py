@@ -5,14 +5,12 @@ helper into them; `serve` supervises the started child to its end
 (nursery_run.py) and frees the jail; `discard` ends a started child that
 will serve nothing; `judge` turns the outcome into a response or a
 `RunnerError`. The jail dir and every host resource are released on every
-path, cancellation included.
+path, cancellation included; a jail dir that cannot be removed fails an
+otherwise clean run with `cleanup_failed`.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ from typing import Any, Final, Generic, TypeVar, final
 import msgspec
 import trio
 
+from trunner.cleanup import make_jail_dir, remove_jail_dir
 from trunner.errors import Reason, RunnerError
 from trunner.helper import PROCESS_COUNT_EXIT
 from trunner.jail import Jail, JailBackend
@@ -74,7 +73,7 @@ async def start(
         RunnerError: `spawn_failed`, or the backend's refusal.
     """
     try:
-        jail_dir = tempfile.mkdtemp(prefix="trunner-", dir=temp_root)
+        jail_dir = make_jail_dir(temp_root)
     except OSError as e:
         raise RunnerError(
             Reason.SPAWN_FAILED, f"cannot make the jail dir: {e.strerror} (errno {e.errno})"
@@ -88,7 +87,7 @@ async def start(
                 await jail.release()
             raise
     except BaseException:
-        remove_tree(jail_dir)
+        await remove_jail_dir(jail_dir)  # the error in flight is the reason
         raise
 
 
@@ -97,7 +96,7 @@ async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
     The deadline starts now."""
     deadline = trio.current_time() + caps.wall_time_s
     try:
-        return await supervise(
+        outcome = await supervise(
             started.child,
             frame,
             deadline=deadline,
@@ -107,7 +106,10 @@ async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
     finally:
         with trio.CancelScope(shield=True):
             await started.jail.release()
-        remove_tree(started.jail_dir)
+        gone = await remove_jail_dir(started.jail_dir)
+    if not gone and outcome.exit_code == 0:  # else the run already failed: that reason wins
+        outcome.fail(Reason.CLEANUP_FAILED, f"cannot remove the jail dir {started.jail_dir}")
+    return outcome
 
 
 async def discard(started: Started) -> None:
@@ -122,7 +124,7 @@ async def discard(started: Started) -> None:
             await child.aclose_streams()
             await started.jail.release()
         finally:
-            remove_tree(started.jail_dir)
+            await remove_jail_dir(started.jail_dir)
 
 
 def judge(
@@ -168,33 +170,3 @@ def _status(code: int | None) -> dict[str, int | None]:
     if code is None:
         return {}
     return {"signal": -code} if code < 0 else {"exit_status": code}
-
-
-def remove_tree(path: str) -> bool:
-    """Remove a jail dir whatever the child did to its modes. Best effort:
-    it runs on failure paths too, where the first error is the one to raise;
-    returns whether the dir is gone."""
-    try:
-        os.rmdir(path)  # the common failure case, empty: needs no fd
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        pass
-    try:
-        shutil.rmtree(path)
-        return True
-    except OSError:
-        pass
-    # A child may have removed write or search bits inside its jail.
-    for root, dirs, _ in os.walk(path):
-        for name in dirs:
-            try:
-                os.chmod(os.path.join(root, name), 0o700, follow_symlinks=False)
-            except OSError:
-                pass
-    try:
-        shutil.rmtree(path)
-    except OSError:
-        return False
-    return True

@@ -29,6 +29,8 @@ class Command:
     cwd: str
     #: A per-invocation cgroup the watchdog removes if the parent dies.
     cgroup: str | None = None
+    #: The jail dir, which the watchdog removes if the parent dies.
+    jail_dir: str | None = None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import outcome
 import trio
 
-from trunner import watchdog
+from trunner.linux import watchdog
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command
 
@@ -154,7 +154,7 @@ def _popen(cmd: Command) -> tuple[subprocess.Popen[bytes], int, _Fds]:
     for fd in (in_r, out_w, err_w, rep_w):
         os.close(fd)
     try:
-        watchdog.watch(popen.pid, cmd.cgroup)
+        watchdog.watch(popen.pid, cmd.cgroup, cmd.jail_dir)
         pidfd = os.pidfd_open(popen.pid)
     except BaseException:
         watchdog.unwatch(popen.pid)

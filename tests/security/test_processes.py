@@ -281,7 +281,7 @@ async def test_fsetown_sigio_to_a_host_process(runner: Runner, victim: Victim) -
 
 async def test_kill_the_watchdog(runner: Runner) -> None:
     """Kill trunner's own watchdog (disable the parent-death cleanup before escaping)."""
-    from trunner.watchdog import watchdog_pid
+    from trunner.linux.watchdog import watchdog_pid
 
     wd = watchdog_pid()
     if wd is None:

@@ -22,7 +22,7 @@ from typing import Any
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, HostSupport, ProcessLimit
 from trunner.limits import Limits
-from trunner.linux import cgroup, install, kmsg, landlock, seccomp
+from trunner.linux import cgroup, install, kmsg, landlock, seccomp, watchdog
 from trunner.linux.plan import (
     HelperPlan,
     encode_plan,
@@ -194,7 +194,8 @@ class LinuxBackend:
         assert limit is not None  # check() refused otherwise
         run_cgroup = None
         if limit.kind == "pids_cgroup":
-            run_cgroup = cgroup.make(limit.cgroup_base)
+            # Listed with the watchdog before it exists.
+            run_cgroup = cgroup.make(limit.cgroup_base, lambda path: watchdog.hold(path, jail_dir))
         try:
             plan = self._plan(limits, jail_dir, run_cgroup)
             env = environment(jail_dir, self.profile.environment, self.import_paths)
@@ -203,7 +204,8 @@ class LinuxBackend:
                 os.rmdir(run_cgroup)
             raise
         argv = (*launch, "helper", encode_plan(plan), "{report_fd}", "--", *adapter_argv)
-        return LinuxJail(Command(argv=argv, env=env, cwd=jail_dir, cgroup=run_cgroup), run_cgroup)
+        command = Command(argv=argv, env=env, cwd=jail_dir, cgroup=run_cgroup, jail_dir=jail_dir)
+        return LinuxJail(command, run_cgroup)
 
     def rules_document(self, limits: Limits) -> dict[str, Any]:
         doc = self._versions.get(limits)

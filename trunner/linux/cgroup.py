@@ -15,6 +15,7 @@ import functools
 import os
 import signal
 import uuid
+from collections.abc import Callable
 
 import trio
 
@@ -79,9 +80,10 @@ def prepare(base: str) -> str:
     return parent
 
 
-def make(base: str) -> str:
+def make(base: str, before_mkdir: Callable[[str], None]) -> str:
     """A new cgroup for one run (the helper sets its `pids.max`: the plan
-    holds the number, so the rules version covers it).
+    holds the number, so the rules version covers it). `before_mkdir` is
+    called with its path first (the watchdog lists it).
 
     Raises:
         RunnerError: `spawn_failed` when out of fds, else
@@ -90,6 +92,7 @@ def make(base: str) -> str:
     path = ""
     try:
         path = os.path.join(prepare(base), f"{os.getpid()}-{uuid.uuid4().hex}")
+        before_mkdir(path)
         os.mkdir(path)
     except OSError as e:
         if path and os.path.isdir(path):
