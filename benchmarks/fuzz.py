@@ -48,7 +48,8 @@ def main() -> int:
             rows[current][m.group(1) + "_s"] = m.group(2)
         m = re.search(r"(\d+) passing, (\d+) failing, and (\d+) invalid", line)
         if m:
-            rows[current]["passing"], rows[current]["failing"], rows[current]["invalid"] = m.groups()
+            counts = rows[current]
+            counts["passing"], counts["failing"], counts["invalid"] = m.groups()
     if rows:
         print(f"{'test':<62} {'passing':>8} {'failing':>8} {'invalid':>8} {'gen s':>7}")
         for name, row in rows.items():

@@ -34,8 +34,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable  # noqa: TC003  annotates the BenchBackend dataclass
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -45,9 +45,13 @@ from trunner.jail import Command
 from trunner.limits import Limits
 from trunner.linux.backend import LinuxBackend, LinuxJail, helper_launch
 from trunner.linux.plan import environment
-from trunner.nursery_run import Outcome
 from trunner.protocol import encode_frame
 from trunner.worker import locate_worker
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from trunner.nursery_run import Outcome
 
 ADAPTER = ("/bin/true",)
 LIMITS = Limits()
@@ -205,7 +209,7 @@ async def timeline(worker: str, tmp: str, n: int) -> list[dict[str, Any]]:
 async def leave_one_out(worker: str, tmp: str, n: int) -> dict[str, Any]:
     """Floors, the full plan, the full plan without each skippable layer
     and without all of them; interleaved, the first variant rotating."""
-    python = os.path.realpath(sys.executable)
+    python = os.path.realpath(sys.executable)  # noqa: ASYNC240  setup, untimed
     venv_python = os.path.join(os.path.dirname(worker), "python")
     variants = {
         "/bin/true (spawn floor)": BenchBackend(worker, bare=("/bin/true",)),

@@ -163,7 +163,7 @@ async def run_load(
             nursery.start_soon(worker)
     wall = time.perf_counter() - wall_start
     # The drains and reaps are done when run() returns; let trio settle anyway.
-    await trio.sleep(0)
+    await trio.lowlevel.checkpoint()
     after = snapshot(temp_root)
 
     lat = sorted(latencies)

@@ -21,6 +21,7 @@ as a supervisor such as tini or systemd would.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -110,14 +111,15 @@ def _cgroups(parent_pid: int) -> list[str]:
         return []
 
 
-ORPHAN = "import os, time\npid = os.fork()\nif pid == 0:\n    os.close(1)\n    os.close(2)\n    time.sleep(1000)\nprint(pid)\n"
+ORPHAN = (
+    "import os, time\npid = os.fork()\nif pid == 0:\n"
+    "    os.close(1)\n    os.close(2)\n    time.sleep(1000)\nprint(pid)\n"
+)
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):  # not (yet) ours
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass  # not (yet) ours
 
 
 def plain_orphan_ms(subreaper: bool) -> float:

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable  # noqa: TC003  annotate the Variant dataclass
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,7 +219,9 @@ async def wait_pool_warm(pool: Any, size: int, timeout_s: float = 30.0) -> None:
 
     adapter = (locate_worker(), "echo")
     with trio.move_on_after(timeout_s):
-        while getattr(pool, "idle_workers", size) < size or _warm_worker_pids(adapter) < size:
+        # Polls the pool and /proc: no event to wait on.
+        while (getattr(pool, "idle_workers", size) < size  # noqa: ASYNC110
+               or _warm_worker_pids(adapter) < size):
             await trio.sleep(0.002)
         return
     raise BenchError(f"the pool did not refill to {size} warm workers in {timeout_s} s")
@@ -387,10 +389,10 @@ async def drain_trunner(nbytes: int, backend: Any | None, temp_root: str) -> dic
     (helper, Landlock, seccomp ...) as Runner would; without, it is bare."""
     import gc
 
+    from trunner.cleanup import remove_tree
     from trunner.jail import Command
     from trunner.limits import Limits
     from trunner.nursery_run import supervise
-    from trunner.cleanup import remove_tree
     from trunner.spawn import spawn
 
     argv = ("/bin/sh", "-c", f"head -c {nbytes} /dev/zero")
@@ -440,7 +442,8 @@ async def drain_trunner(nbytes: int, backend: Any | None, temp_root: str) -> dic
                 await jail.release()
         if jail_dir is not None:
             remove_tree(jail_dir)
-    assert timed.first is not None and timed.eof is not None
+    assert timed.first is not None
+    assert timed.eof is not None
     stream_s = max(timed.eof - timed.first, 1e-9)
     return {
         "wall_s": t1 - t0,
@@ -742,7 +745,7 @@ async def bench(settings: Settings, plot_path: str | None
             "frame_bytes": len(FRAME),
             "worker": worker,
             "python": platform.python_version(),
-            "python_floor": os.path.realpath(sys.executable),
+            "python_floor": os.path.realpath(sys.executable),  # noqa: ASYNC240  untimed
             "kernel": f"{platform.system()} {platform.release()} {platform.machine()}",
             "cpus": os.cpu_count(),
             "bwrap": _bwrap_version(bwrap) if bwrap else None,

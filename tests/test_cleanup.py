@@ -12,9 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -24,6 +22,10 @@ from conftest import group_alive, is_alive
 from trunner import Reason, Runner, RunnerError
 from trunner.cleanup import remove_tree
 from trunner.linux import watchdog
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 MiB = 1024 * 1024
 
@@ -83,7 +85,8 @@ def test_symlinks_are_removed_never_followed(tmp_path: Path) -> None:
     link.symlink_to(outside)
     assert remove_tree(str(top))
     assert remove_tree(str(link))  # the link itself, not what it names
-    assert not top.exists() and not link.is_symlink()
+    assert not top.exists()
+    assert not link.is_symlink()
     assert (outside / "sub" / "keep").read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["jails", "outside"]
 
@@ -226,7 +229,7 @@ async def test_the_event_loop_runs_while_a_big_tree_is_removed(
     assert list(jail_root.iterdir()) == []
     [(start, end)] = spans
     during = [t for t in ticks if start <= t <= end]
-    gaps = [b - a for a, b in zip([start, *during], [*during, end])]
+    gaps = [b - a for a, b in zip([start, *during], [*during, end], strict=True)]
     print(f"removal {1000 * (end - start):.0f} ms, {len(during)} ticks, "
           f"longest gap {1000 * max(gaps):.0f} ms")
     assert end - start > 0.05, "the tree was too small to show anything"
@@ -265,10 +268,10 @@ def immutable(jail_root: Path, tmp_path: Path) -> Iterator[list[Path]]:
 async def _make_stuck(jail_root: Path, made: list[Path]) -> None:
     """Wait for the child's `stuck` file, make it immutable, then say go."""
     with trio.fail_after(30):
-        while not (found := list(jail_root.glob("*/stuck"))):
+        while not (found := list(jail_root.glob("*/stuck"))):  # noqa: ASYNC110  polls the jail
             await trio.sleep(0.005)
     [stuck] = found
-    subprocess.run(["chattr", "+i", str(stuck)], check=True)
+    await trio.run_process(["chattr", "+i", str(stuck)])  # check=True is its default
     made.append(stuck)
     (stuck.parent / "go").touch()
 
@@ -322,7 +325,8 @@ async def test_the_watchdog_kills_listed_groups_and_removes_their_dirs(tmp_path:
         dirs[name] = tmp_path / name
         _chain(dirs[name], 1200)  # deeper than the recursion limit
     live, unlisted = _sleeping_group(), _sleeping_group()
-    proc = subprocess.Popen(
+    # A plain Popen: the test writes its stdin synchronously, a byte at a time.
+    proc = subprocess.Popen(  # noqa: ASYNC220
         [sys.executable, "-I", "-S", watchdog.__file__], stdin=subprocess.PIPE, env={}, cwd="/"
     )
     assert proc.stdin is not None
@@ -341,12 +345,13 @@ async def test_the_watchdog_kills_listed_groups_and_removes_their_dirs(tmp_path:
                 proc.stdin.flush()
         proc.stdin.close()
         with trio.fail_after(30):  # a hung watchdog, not a speed bound (that is test_faults')
-            while proc.poll() is None:
+            while proc.poll() is None:  # noqa: ASYNC110  a plain Popen: nothing to await
                 await trio.sleep(0.005)
         assert proc.returncode == 0
         assert live.wait(timeout=5) == -signal.SIGKILL
         assert unlisted.poll() is None  # not signalled
-        assert not dirs["live"].exists() and not dirs["killed"].exists()
+        assert not dirs["live"].exists()
+        assert not dirs["killed"].exists()
         assert dirs["forgotten"].is_dir()
     finally:
         for p in (live, unlisted, proc):
@@ -354,7 +359,8 @@ async def test_the_watchdog_kills_listed_groups_and_removes_their_dirs(tmp_path:
                 p.kill()
             p.wait()
         remove_tree(str(dirs["forgotten"]))
-    assert not is_alive(live.pid) and not group_alive(live.pid)
+    assert not is_alive(live.pid)
+    assert not group_alive(live.pid)
 
 
 def test_the_watchdog_script_imports_only_the_stdlib_and_cleanup() -> None:

@@ -8,15 +8,24 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 import trio.testing
 
 from conftest import TESTS_DIR, group_alive, is_alive, watch_children
-from trunner import Reason, Runner, RunnerError, cancel_on_signals, locate_worker
-from trunner import runner as runner_module
+from trunner import (
+    Reason,
+    Runner,
+    RunnerError,
+    cancel_on_signals,
+    locate_worker,
+    runner as runner_module,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 TRUNNER = os.path.join(os.path.dirname(sys.executable), "trunner")
 
@@ -57,7 +66,9 @@ async def test_entry_point_modes_resolve_and_run(
     # A real distribution's metadata on sys.path, registering a mode.
     dist = tmp_path / "site" / "trunner_test_modes-1.0.dist-info"
     dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: trunner-test-modes\nVersion: 1.0\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: trunner-test-modes\nVersion: 1.0\n"
+    )
     (dist / "entry_points.txt").write_text("[trunner.modes]\nslow-sleep = children:sleep\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     runner_module._mode_entry_points.cache_clear()
@@ -96,9 +107,11 @@ async def test_a_signalled_cli_cleans_up_and_exits_128_plus_the_signal(
     jail_root: Path, sig: signal.Signals
 ) -> None:
     """Before: SIGTERM ended the CLI on the spot and its jail dir stayed."""
-    cli = subprocess.Popen(
+    # A plain Popen, polled: the test reads its pipes synchronously once it has exited.
+    cli = subprocess.Popen(  # noqa: ASYNC220
         [TRUNNER, "exec", "--timeout", "60", "--", "/bin/sleep", "1000"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "TMPDIR": str(jail_root)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "TMPDIR": str(jail_root)},
     )
     try:
         with trio.fail_after(60):
@@ -107,9 +120,10 @@ async def test_a_signalled_cli_cleans_up_and_exits_128_plus_the_signal(
                 await trio.sleep(0.005)
         cli.send_signal(sig)
         with trio.fail_after(10):
-            while cli.poll() is None:
+            while cli.poll() is None:  # noqa: ASYNC110  a plain Popen: nothing to await
                 await trio.sleep(0.005)
-        assert cli.stdout is not None and cli.stderr is not None
+        assert cli.stdout is not None
+        assert cli.stderr is not None
         out = json.loads(cli.stdout.read())
         assert cli.returncode == 128 + sig, cli.stderr.read()
         assert out == {"error": "signal", "detail": f"cancelled by {sig.name}"}
@@ -134,13 +148,14 @@ async def test_cancel_on_signals_cancels_the_runs_and_tells_the_signal(
             await watch_children(seen)
         os.kill(os.getpid(), signal.SIGINT)  # a real signal to this process
 
-    async with cancel_on_signals() as stop:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(signal_once_running)
-            await runner.run("children:sleep", 1000)
-    assert stop.signal is signal.SIGINT and stop.exit_code == 130
+    async with cancel_on_signals() as stop, trio.open_nursery() as nursery:
+        nursery.start_soon(signal_once_running)
+        await runner.run("children:sleep", 1000)
+    assert stop.signal is signal.SIGINT
+    assert stop.exit_code == 130
     assert stop.cancel_scope.cancelled_caught
-    assert seen and not any(is_alive(p) or group_alive(p) for p in seen)
+    assert seen
+    assert not any(is_alive(p) or group_alive(p) for p in seen)
     assert list(jail_root.iterdir()) == []
 
 
@@ -149,7 +164,8 @@ async def test_cancel_on_signals_lets_the_body_errors_through_unwrapped(runner: 
         async with cancel_on_signals() as stop:
             await runner.run("children:run_code", "import os; os._exit(3)")
     assert (info.value.reason, info.value.exit_status) == (Reason.NONZERO_EXIT, 3)
-    assert stop.signal is None and stop.exit_code is None
+    assert stop.signal is None
+    assert stop.exit_code is None
 
 
 async def test_cancel_on_signals_around_a_body_that_never_checkpoints() -> None:
@@ -158,4 +174,5 @@ async def test_cancel_on_signals_around_a_body_that_never_checkpoints() -> None:
     async with cancel_on_signals() as stop:
         pass
     await trio.testing.wait_all_tasks_blocked()  # the watcher has run and ended
-    assert stop.signal is None and not stop.cancel_scope.cancelled_caught
+    assert stop.signal is None
+    assert not stop.cancel_scope.cancelled_caught

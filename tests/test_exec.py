@@ -23,7 +23,8 @@ async def test_output_up_to_each_cap_is_returned_whole(runner: Runner, out: int,
     limits = runner.limits.replace(stdout_max_bytes=CAP, stderr_max_bytes=CAP)
     result = (await runner.exec(writer(out, err), limits=limits)).response
     assert result.exit_code == 0
-    assert result.stdout == b"o" * out and result.stderr == b"e" * err
+    assert result.stdout == b"o" * out
+    assert result.stderr == b"e" * err
 
 
 @pytest.mark.parametrize(("out", "err", "reason"), [

@@ -15,9 +15,8 @@ import stat
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -27,6 +26,9 @@ from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds, wat
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.linux import cgroup
 from trunner.linux.backend import probe_host
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 MiB = 1024 * 1024
 
@@ -73,11 +75,12 @@ def adapter_running(pid: int) -> bool:
     return filtered and b"helper" not in argv
 
 
-async def wait_until(condition: Any, timeout: float, what: str) -> None:
+# The timeout is the helper's point: it turns TooSlowError into a message naming `what`.
+async def wait_until(condition: Any, timeout: float, what: str) -> None:  # noqa: ASYNC109
     """Poll `condition()` until it holds; fail after `timeout` seconds."""
     try:
         with trio.fail_after(timeout):
-            while not condition():
+            while not condition():  # noqa: ASYNC110  a plain predicate: nothing to await
                 await trio.sleep(0.005)
     except trio.TooSlowError:
         raise AssertionError(f"not within {timeout} s: {what}") from None
@@ -260,12 +263,12 @@ async def _ends_clean(parent: subprocess.Popen[bytes], root: Path, seen: list[in
     """Wait for `parent` to be gone, then for nothing of its runs to be
     left, within GONE_WITHIN_S; returns how long the second wait took."""
     with trio.fail_after(30):
-        while parent.poll() is None:
+        while parent.poll() is None:  # noqa: ASYNC110  a plain Popen: nothing to await
             await trio.sleep(0.001)
     start = trio.current_time()
     try:
         with trio.fail_after(GONE_WITHIN_S):
-            while _left_by(parent, root, seen):
+            while _left_by(parent, root, seen):  # noqa: ASYNC110  polls the host
                 await trio.sleep(0.005)
     except trio.TooSlowError:
         left = _left_by(parent, root, seen)
@@ -388,7 +391,10 @@ async def test_sigkilled_parent_at_a_random_moment_of_a_busy_loop(
     code = "import os\nif os.fork() == 0:\n    os._exit(0)\nresult = 'forked'"
     count = tmp_path / "done"
     script = LOOPING_PARENT.format(tests=TESTS_DIR, root=str(root), code=code, count=str(count))
-    parent = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    # A plain Popen: it is SIGKILLed and polled, never awaited.
+    parent = subprocess.Popen(  # noqa: ASYNC220
+        [sys.executable, "-c", script], stderr=subprocess.PIPE
+    )
     try:
         def running() -> bool:
             assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
@@ -503,10 +509,11 @@ async def test_temp_root_out_of_inodes_is_spawn_failed(
     while True:  # use up every inode
         try:
             (root / f"f{n}").touch()
-        except OSError as full:
-            assert full.errno == errno.ENOSPC
+        except OSError as err:
+            full = err
             break
         n += 1
+    assert full.errno == errno.ENOSPC
     runner = Runner(import_paths=[TESTS_DIR], temp_root=str(root))
     calls = _never_spawn(monkeypatch)
     e = await fails(runner, "echo", 1)
@@ -554,7 +561,7 @@ async def test_parent_out_of_fds_is_a_clear_reason(
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
         try:
             outcome = (await runner.run("echo", {"h": headroom})).response
-        except BaseException as e:  # noqa: BLE001  (anything but RunnerError is a bug)
+        except BaseException as e:  # anything but RunnerError is a bug
             outcome = e
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
@@ -587,6 +594,13 @@ def _worker_copy(tmp_path: Path, mode: int) -> str:
     return str(path)
 
 
+def _garbage_worker(tmp_path: Path) -> str:
+    path = tmp_path / "garbage"
+    path.write_bytes(b"\x00\x01garbage")
+    path.chmod(0o755)
+    return str(path)
+
+
 @pytest.mark.parametrize(
     ("make_worker", "errno_value"),
     [
@@ -595,11 +609,7 @@ def _worker_copy(tmp_path: Path, mode: int) -> str:
                      id="missing-dir"),
         pytest.param(lambda t: _worker_copy(t, 0o644), errno.EACCES, id="not-executable"),
         pytest.param(lambda t: str(t), errno.EACCES, id="a-directory"),
-        pytest.param(
-            lambda t: (t / "garbage").write_bytes(b"\x00\x01garbage")
-            and (t / "garbage").chmod(0o755) or str(t / "garbage"),
-            errno.ENOEXEC, id="not-a-program",
-        ),
+        pytest.param(_garbage_worker, errno.ENOEXEC, id="not-a-program"),
     ],
 )
 async def test_unusable_worker_is_spawn_failed(

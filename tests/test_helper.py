@@ -9,9 +9,8 @@ import marshal
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
@@ -24,6 +23,9 @@ from trunner.linux.backend import LinuxBackend, LinuxJail, probe_host
 from trunner.linux.plan import HelperPlan, encode_plan, plan_jail
 from trunner.profile import DEFAULT_PROFILE
 from trunner.worker import locate_worker
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 STEPS = ["env", "process_limit", "rlimits", "namespaces", "capabilities", "descriptors",
          "no_new_privs", "landlock", "parent_death", "seccomp"]
@@ -208,7 +210,8 @@ def test_plan_jail_is_pure_and_names_every_layer() -> None:
     assert a.unshare_flags == 0x10000000 | 0x40000000
     assert (a.uid, a.gid, a.parent_pid) == (1000, 1000, 42)
     assert dict(a.landlock.path_rules)["/j"] & 0b10  # the jail dir is writable
-    assert a.unsafe_skip == () and a.fail_at == ""
+    assert a.unsafe_skip == ()
+    assert a.fail_at == ""
     import resource
 
     assert (resource.RLIMIT_NOFILE, 99, 99) in a.rlimits
@@ -260,7 +263,8 @@ def test_the_probe_changes_nothing_on_the_host() -> None:
         "def hook(event, args):\n"
         "    if event == 'open' and args[0] == '/dev/null':\n"
         "        return\n"
-        "    if event == 'open' and args[1] is not None and any(c in str(args[1]) for c in 'wax+'):\n"
+        "    if event == 'open' and args[1] is not None"
+        " and any(c in str(args[1]) for c in 'wax+'):\n"
         "        seen.append((event, args[0]))\n"
         "    elif event == 'open' and isinstance(args[2], int) and args[2] & 3:\n"
         "        seen.append((event, args[0]))\n"

@@ -313,7 +313,8 @@ def test_unprivileged_path_where_the_interpreter_is_reachable(tmp_path: Path) ->
     interpreter (and venv) the unprivileged uid can reach; probe, else skip."""
     if os.getuid() != 0:
         host = probe_host()
-        assert host.process_limit is not None and host.process_limit.kind == "rlimit_nproc"
+        assert host.process_limit is not None
+        assert host.process_limit.kind == "rlimit_nproc"
         return
     probe = subprocess.run(  # the worker's real interpreter, and trunner from it
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",

@@ -84,5 +84,5 @@ async def test_an_exec_pool_keeps_the_exec_caps_to_the_byte(runner: Runner) -> N
         with pytest.raises(RunnerError) as info:
             await pool.exec([*argv, "1001"])
         assert info.value.reason is Reason.STDOUT_CAP
-        with pytest.raises(RuntimeError, match="pool.exec"):
+        with pytest.raises(RuntimeError, match=r"pool\.exec"):
             await pool.run({"argv": ["true"]})

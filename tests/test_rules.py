@@ -17,9 +17,9 @@ from conftest import TESTS_DIR, child_pids
 from support import run_code, syscall_denied
 from trunner import Limits, Runner, provider_profile_template_blake3
 from trunner.linux.backend import LinuxBackend, probe_host
+from trunner.linux.seccomp import DEFAULT_POLICY
 from trunner.profile import DEFAULT_PROFILE, PROVIDER_TEMPLATE, provider_profile
 from trunner.rules import effective_rules_version
-from trunner.linux.seccomp import DEFAULT_POLICY
 
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids cgroup, no import paths).
@@ -98,12 +98,12 @@ async def test_the_hashed_plan_is_the_plan_the_helper_gets(jail_root: Path) -> N
         assert list(map(tuple, sent[key])) == list(map(tuple, hashed[key])) if key == "rlimits" \
             else sent[key] == hashed[key], key
     assert sent["process_limit"][::2] == hashed["process_limit"][::2]
-    abi, fs, net, scoped, paths, ports = sent["landlock"]
+    abi, fs, net, scoped, paths, _ports = sent["landlock"]
     rules = hashed["landlock"]
     assert (abi, fs, net, scoped) == (rules.abi, rules.handled_fs, rules.handled_net, rules.scoped)
     assert sorted(sent["env"]) == sorted(jail.command.env) == sorted(hashed["env"])
     assert hashed["env"]["HOME"] == JAIL_DIR
-    assert dict((p, a) for p, a, _ in paths)[jail_dir] == dict(rules.path_rules)[JAIL_DIR]
+    assert {p: a for p, a, _ in paths}[jail_dir] == dict(rules.path_rules)[JAIL_DIR]
 
 
 @pytest.mark.parametrize("field", Limits.__struct_fields__)

@@ -10,6 +10,7 @@ shielded).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 
@@ -37,10 +38,8 @@ def remove_tree(path: str) -> bool:
     except OSError:
         return False
     try:
-        try:
+        with contextlib.suppress(OSError):
             _remove(top, name)
-        except OSError:
-            pass
         os.stat(name, dir_fd=top, follow_symlinks=False)
     except FileNotFoundError:
         return True
@@ -114,10 +113,8 @@ def _clear(fd: int) -> list[str]:
 
 
 def _unlink(fd: int, name: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(name, dir_fd=fd)
-    except FileNotFoundError:
-        pass
 
 
 def _identity(fd: int) -> tuple[int, int]:

@@ -87,7 +87,9 @@ async def _run(args: argparse.Namespace) -> int:
 
     async with cancel_on_signals() as stop:
         return await _run_command(args)
-    assert stop.signal is not None and stop.exit_code is not None  # cancelled by it
+    # Reached only when a signal cancelled the body.
+    assert stop.signal is not None
+    assert stop.exit_code is not None
     _print({"error": "signal", "detail": f"cancelled by {stop.signal.name}"})
     return stop.exit_code
 

@@ -11,10 +11,9 @@ otherwise clean run with `cleanup_failed`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final
 
 import msgspec
 import trio
@@ -22,11 +21,16 @@ import trio
 from trunner.cleanup import make_jail_dir, remove_jail_dir
 from trunner.errors import Reason, RunnerError
 from trunner.helper import PROCESS_COUNT_EXIT
-from trunner.jail import Jail, JailBackend
-from trunner.limits import Limits
+from trunner.jail import Jail  # noqa: TC001  annotates the Started dataclass: kept real
 from trunner.nursery_run import Outcome, supervise
 from trunner.protocol import HEADER_BYTES, decode_single_frame
 from trunner.spawn import Child, spawn
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from trunner.jail import JailBackend
+    from trunner.limits import Limits
 
 #: Most stderr bytes quoted in a `RunnerError.detail`.
 STDERR_EXCERPT_BYTES: Final = 2000
@@ -128,8 +132,11 @@ async def discard(started: Started) -> None:
 
 
 def judge(
-    outcome: Outcome, backend: JailBackend, stdout_max_bytes: int, response_type: Any = Any
-) -> Any:
+    outcome: Outcome,
+    backend: JailBackend,
+    stdout_max_bytes: int,
+    response_type: Any = Any,  # noqa: ANN401  a msgspec type form, as in Runner.run
+) -> Any:  # noqa: ANN401  whatever `response_type` decodes to
     """The verdict on one finished invocation: its response, or the error."""
     code = outcome.exit_code
     if outcome.failure is not None:

@@ -10,13 +10,15 @@ the jail dir as cwd. The spawn adds piped stdio and a fresh process group.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping  # noqa: TC003  annotates the Command dataclass: kept real
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from trunner.errors import Reason, RunnerError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from trunner.limits import Limits
 
 

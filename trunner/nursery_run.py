@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
 from trunner.errors import Reason
-from trunner.spawn import Child
+
+if TYPE_CHECKING:
+    from trunner.spawn import Child
 
 #: How long the drains may take to reach EOF once the child has exited and
 #: its group was killed. Only a process that escaped the group can hold a

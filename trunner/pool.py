@@ -10,7 +10,6 @@ starts when its request is written; the caps and the verdict are the same.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +23,10 @@ from trunner.protocol import ExecFile, ExecResult, encode_frame
 REFILL_BACKOFF_S = 1.0
 
 if TYPE_CHECKING:
-    from trunner.limits import Limits
+    from collections.abc import AsyncIterator, Mapping, Sequence
+
     from trunner.invocation import Result
+    from trunner.limits import Limits
     from trunner.runner import Runner
 
 
@@ -77,7 +78,9 @@ class WorkerPool:
         """Workers spawned and waiting for a request."""
         return len(self._idle)
 
-    async def run(self, request: object, *, response_type: Any = Any) -> Result[Any]:
+    async def run(
+        self, request: object, *, response_type: Any = Any  # noqa: ANN401  a msgspec type form
+    ) -> Result[Any]:
         """Serve `request` on a prewarmed worker (or a fresh one if none is
         ready). Same reasons, same verdict as `Runner.run`."""
         if self._argv[1] == "exec":
@@ -99,8 +102,9 @@ class WorkerPool:
         check_exec_caps(result.response, self._limits)
         return result
 
-    async def _serve(self, request: object, caps: invocation.Caps, response_type: Any
-                     ) -> Result[Any]:
+    async def _serve(
+        self, request: object, caps: invocation.Caps, response_type: Any  # noqa: ANN401  as in run
+    ) -> Result[Any]:
         if not self._open:
             raise RuntimeError("use the pool inside `async with runner.pool(...)`")
         runner = self._runner

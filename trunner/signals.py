@@ -10,12 +10,14 @@ jail dir, as it does when its caller cancels. The CLI runs inside one.
 from __future__ import annotations
 
 import signal as _signal
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import trio
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 @final

@@ -11,6 +11,7 @@ appended to argv's helper stage by the backend's command (`{report_fd}`).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import queue
@@ -18,15 +19,19 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import outcome
 import trio
 
-from trunner.linux import watchdog
 from trunner.errors import Reason, RunnerError
-from trunner.jail import Command
+from trunner.linux import watchdog
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from trunner.jail import Command
 
 #: Pipe buffer asked for on stdout: 1 MiB reads then move a whole pipe at once.
 PIPE_BYTES = 1024 * 1024
@@ -57,10 +62,8 @@ class Child:
         """SIGKILL the whole process group. Safe until `reap()`: the
         unreaped leader holds the pgid, so it cannot name another group."""
         if self.wait_status is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def reap(self) -> int:
         """Collect the exited leader, after `kill_group()`; returns the raw
@@ -131,10 +134,9 @@ def _popen(cmd: Command) -> tuple[subprocess.Popen[bytes], int, _Fds]:
             fds.extend(os.pipe2(os.O_CLOEXEC))
         in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w = fds
         os.set_blocking(rep_r, False)
-        try:
+        # Above /proc/sys/fs/pipe-max-size for this user: keep the default.
+        with contextlib.suppress(OSError):
             fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        except OSError:
-            pass  # above /proc/sys/fs/pipe-max-size for this user: keep the default
         argv = [arg.replace("{report_fd}", str(rep_w)) for arg in cmd.argv]
         popen = subprocess.Popen(
             argv,

@@ -17,9 +17,8 @@ import struct
 import subprocess
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -27,6 +26,9 @@ import trio
 from conftest import TESTS_DIR, child_pids
 from sec_helpers import run_code, syscall_denied
 from trunner import Limits, Runner
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterator
 
 FS_IOC_GETFLAGS = 0x80086601
 FS_IOC_SETFLAGS = 0x40086602
@@ -72,8 +74,10 @@ async def test_inode_ioctls_on_a_host_file(host_runner: Runner, victim: Path) ->
         fd = os.open({str(victim)!r}, os.O_RDONLY)
         result = {{
             "getflags": attempt(lambda: fcntl.ioctl(fd, {FS_IOC_GETFLAGS}, b"\\0" * 4)),
-            "setflags": attempt(lambda: fcntl.ioctl(fd, {FS_IOC_SETFLAGS}, struct.pack("i", {new}))),
-            "setversion": attempt(lambda: fcntl.ioctl(fd, {FS_IOC_SETVERSION}, struct.pack("i", 4242))),
+            "setflags": attempt(
+                lambda: fcntl.ioctl(fd, {FS_IOC_SETFLAGS}, struct.pack("i", {new}))),
+            "setversion": attempt(
+                lambda: fcntl.ioctl(fd, {FS_IOC_SETVERSION}, struct.pack("i", 4242))),
             "fsgetxattr": attempt(lambda: fcntl.ioctl(fd, {FS_IOC_FSGETXATTR}, b"\\0" * 28)),
             "fssetxattr": attempt(lambda: fcntl.ioctl(fd, {FS_IOC_FSSETXATTR}, b"\\0" * 28)),
         }}
@@ -129,7 +133,7 @@ async def _while_held(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(jailed)
         with trio.fail_after(15):
-            while not (hits := list(jail_root.glob("*/sync"))):
+            while not (hits := list(jail_root.glob("*/sync"))):  # noqa: ASYNC110  polls the jail
                 await trio.sleep(0.01)
         try:
             out["host"] = await host()
@@ -240,7 +244,8 @@ async def test_clone_parent_leaves_no_child_in_the_host(runner: Runner) -> None:
     finally:
         new = _zombies_of(os.getpid()) - before
         for pid in new:
-            os.waitpid(pid, 0)  # not trio's: reaped so that a failure leaves nothing behind
+            # Not trio's: reaped so that a failure leaves nothing behind (a zombie: no wait).
+            os.waitpid(pid, 0)  # noqa: ASYNC222
     assert not new, new
 
 
@@ -253,10 +258,12 @@ def blocked_victim() -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
         yield proc
     finally:
-        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdin is not None
+        assert proc.stdout is not None
         proc.stdin.close()
         proc.wait()
         proc.stdout.close()

@@ -11,7 +11,7 @@ import json
 import os
 import socket
 import textwrap
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
@@ -19,6 +19,9 @@ import trio
 from conftest import TESTS_DIR, child_pids
 from sec_helpers import run_code, syscall_denied
 from trunner import Runner
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def _nothing_accepted(listener: socket.socket) -> None:

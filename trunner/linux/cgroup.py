@@ -10,16 +10,20 @@ on the first run: enabling `pids` for children of a v2 root, and making the
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import signal
 import uuid
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
 from trunner.errors import Reason, RunnerError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 DIR_NAME = "trunner"
 
@@ -46,7 +50,7 @@ def find_base() -> str | None:
         own[controllers] = path
     for line in (_read("/proc/self/mountinfo") or "").splitlines():
         left, _, right = line.partition(" - ")
-        fstype, _, options = (right.split(" ") + ["", "", ""])[:3]
+        fstype, _, options = [*right.split(" "), "", "", ""][:3]
         mount_point = left.split(" ")[4]
         base = None
         if fstype == "cgroup" and "pids" in options.split(","):
@@ -107,10 +111,8 @@ def make(base: str, before_mkdir: Callable[[str], None]) -> str:
 
 def kill_all(path: str) -> None:
     for pid in (_read(os.path.join(path, "cgroup.procs")) or "").split():
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 async def remove(path: str) -> None:

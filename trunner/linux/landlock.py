@@ -191,7 +191,8 @@ def plan_ruleset(
 
     `abi` is normally `abi_version()` of the target kernel; values above KNOWN_ABI are
     planned as KNOWN_ABI (we cannot handle rights we do not know).  Raises ValueError if
-    `abi < min_abi`.  Paths are kept as given (the caller resolves them); a path listed in several groups gets the union of rights.
+    `abi < min_abi`.  Paths are kept as given (the caller resolves them); a path listed in
+    several groups gets the union of rights.
     From ABI 4 on, TCP bind() and connect() are handled: bind is always denied, connect
     only allowed to `connect_tcp_ports`.  Below ABI 4 the network is not restricted at all and
     `connect_tcp_ports` is moot (dropped).  From ABI 6 on, abstract unix sockets and

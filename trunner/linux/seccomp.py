@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "AF_UNIX",
@@ -27,9 +29,9 @@ __all__ = [
     "IOCTL_ALLOWED",
     "MSG_FASTOPEN",
     "NAMESPACE_FLAGS",
-    "SeccompPolicy",
     "TIOCLINUX",
     "TIOCSTI",
+    "SeccompPolicy",
     "build_bpf",
     "provider_policy",
     "syscall_name",
@@ -391,7 +393,7 @@ _BPF_MAXINSNS = 4096
 _BPF_CACHE: dict[SeccompPolicy, bytes] = {}
 
 
-def _import_pyseccomp() -> Any:
+def _import_pyseccomp() -> Any:  # noqa: ANN401  pyseccomp is untyped (Any to mypy)
     try:
         import pyseccomp  # slow: it runs find_library(), i.e. ldconfig, at import time
     except (ImportError, OSError, RuntimeError) as exc:
@@ -491,7 +493,7 @@ def _compile(policy: SeccompPolicy) -> bytes:
                 flt.add_rule(sc.ERRNO(errno.EPROTONOSUPPORT), nr("socket"), *stream,
                              sc.Arg(2, sc.MASKED_EQ, mask, value))
 
-    def flag_rules(name: str, arg: int, denied: int, action: Any) -> None:
+    def flag_rules(name: str, arg: int, denied: int, action: int | None) -> None:
         # Allowed iff no denied flag is set; else `action` (None: the default, kill).
         if not denied:
             flt.add_rule(sc.ALLOW, nr(name))
@@ -502,7 +504,7 @@ def _compile(policy: SeccompPolicy) -> bytes:
         for bit in (1 << b for b in range(32) if denied >> b & 1):
             flt.add_rule(action, nr(name), sc.Arg(arg, sc.MASKED_EQ, bit, bit))
 
-    def value_rules(name: str, arg: int, exact: dict[int, Any], rest: Any) -> None:
+    def value_rules(name: str, arg: int, exact: dict[int, int | None], rest: int) -> None:
         # low32(arg) == v -> exact[v] (None: kill); any other value -> rest.
         for v in sorted(exact):
             if (action := exact[v]) is not None:
