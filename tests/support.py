@@ -177,6 +177,40 @@ async def wait_gone(pids: Iterable[int], *, timeout_s: float = 10) -> None:
     assert alive == [], f"still alive after {timeout_s} s"
 
 
+def zombies_of(uid: int) -> list[int]:
+    """Zombie processes whose real uid is `uid`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if fields["State"].split()[0] == "Z" and int(fields["Uid"].split()[0]) == uid:
+            found.append(int(name))
+    return found
+
+
+async def wait_uid_settled(*, timeout_s: float = 10) -> None:
+    """Not root, the process limit is RLIMIT_NPROC = the uid's tasks at spawn
+    + processes - 1. An orphan left by an earlier test stays a zombie until
+    init reaps it (up to ~2 s on this host): it is counted at spawn and frees
+    a slot when reaped mid-run. Wait until the uid has no zombie, so that a
+    bound the test asserts is this run's own. Root: a per-run pids cgroup,
+    nothing to wait for."""
+    if os.getuid() == 0:
+        return
+    with trio.move_on_after(timeout_s):
+        while True:
+            if not zombies_of(os.getuid()):
+                return
+            await trio.sleep(0.02)
+    left = zombies_of(os.getuid())
+    assert left == [], f"zombies of uid {os.getuid()} not reaped after {timeout_s} s"
+
+
 async def wait_none_jailed_under(root: str, *, timeout_s: float = 10) -> None:
     """Poll until no process has its cwd under `root` (see `jailed_under`)."""
     with trio.move_on_after(timeout_s):

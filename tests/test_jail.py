@@ -25,6 +25,7 @@ from support import (
     syscall_denied,
     wait_gone,
     wait_none_jailed_under,
+    wait_uid_settled,
 )
 from trunner import Reason, Result, Runner
 from trunner.linux.backend import probe_host
@@ -154,6 +155,7 @@ async def test_forbidden_syscalls_are_syscall_denied(
 
 async def test_fork_bomb_stops_at_the_process_limit(runner: Runner) -> None:
     limits = runner.limits.replace(processes=8, wall_time_s=20)
+    await wait_uid_settled()
     result = await run_code(runner, """
         import os, time, errno
         pids, failure = [], None
@@ -338,6 +340,7 @@ async def test_the_process_limit_is_rlimit_nproc_unless_root(runner: Runner) -> 
     assert host.process_limit is not None
     assert host.process_limit.kind == ("pids_cgroup" if os.getuid() == 0 else "rlimit_nproc")
     await runner.run("echo", 0)  # the spawn thread is up: the uid's tasks now hold still
+    await wait_uid_settled()
     before = _tasks_of(os.getuid())
     result = await run_code(runner, """
         import errno, os, resource, time
