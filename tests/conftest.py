@@ -30,8 +30,11 @@ def child_pids() -> list[int]:
 
     pids: list[int] = []
     for path in glob.glob("/proc/self/task/*/children"):
-        with open(path) as f:
-            pids += [int(p) for p in f.read().split()]
+        try:
+            with open(path) as f:
+                pids += [int(p) for p in f.read().split()]
+        except FileNotFoundError:
+            continue  # a thread (trio's worker threads retire) ended while we looked
     return [p for p in pids if p != watchdog_pid()]
 
 

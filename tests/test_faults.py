@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import random
 import resource
@@ -23,7 +24,7 @@ import trio
 
 import trunner.invocation
 from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds, watch_children
-from trunner import Limits, Reason, Runner, RunnerError
+from trunner import Reason, Runner, RunnerError
 from trunner.linux import cgroup
 from trunner.linux.backend import probe_host
 
@@ -451,14 +452,59 @@ async def test_unusable_temp_root_is_spawn_failed_and_nothing_runs(
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "jails") in (["afile"], [])
 
 
+# Mounts a tmpfs at argv[1] with options argv[2] in a private mount namespace
+# of this process (not root: in a new user namespace too, the uid mapped to
+# itself, so trunner still runs as that uid).
+OWN_TMPFS = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def check(ok, what):
+    if not ok:
+        sys.exit(f"{what}: {os.strerror(ctypes.get_errno())}")
+uid, gid = os.getuid(), os.getgid()
+if uid == 0:
+    check(libc.unshare(0x00020000) == 0, "unshare(CLONE_NEWNS)")
+else:
+    check(libc.unshare(0x10000000 | 0x00020000) == 0, "unshare(CLONE_NEWUSER | CLONE_NEWNS)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+check(libc.mount(None, b"/", None, 0x4000 | 0x40000, None) == 0, "MS_REC|MS_PRIVATE")
+check(libc.mount(b"tmpfs", sys.argv[1].encode(), b"tmpfs", 0, sys.argv[2].encode()) == 0,
+      "mount")
+"""
+# Not root: holds such a mount until its stdin closes; the test, in the host's
+# namespaces, reaches it through /proc/HOLDER/root (trunner's parent side only:
+# a jailed helper, in a user namespace of its own, may not follow that link).
+TMPFS_HOLDER = OWN_TMPFS + """
+os.write(1, b"ready\\n")
+os.read(0, 1)
+"""
+
+
 @pytest.fixture
 def tiny_tmpfs(tmp_path: Path) -> Iterator[Any]:
-    """Mounts a tmpfs of the given options; skips if this host will not."""
+    """Mounts a tmpfs of the given options (as root here; not root, in a
+    holder's namespaces, reached through /proc/HOLDER/root); skips if this
+    host will not."""
     mounted: list[Path] = []
+    holders: list[subprocess.Popen[bytes]] = []
 
     def mount(options: str) -> Path:
-        where = tmp_path / f"tmpfs{len(mounted)}"
+        where = tmp_path / f"tmpfs{len(mounted) + len(holders)}"
         where.mkdir()
+        if os.getuid() != 0:
+            holder = subprocess.Popen([sys.executable, "-c", TMPFS_HOLDER, str(where), options],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE)
+            holders.append(holder)
+            assert holder.stdout is not None
+            if holder.stdout.readline() != b"ready\n":
+                holder.wait()
+                assert holder.stderr is not None
+                pytest.skip(f"cannot mount a tmpfs here: {holder.stderr.read().decode().strip()}")
+            return Path(f"/proc/{holder.pid}/root{where}")
         out = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
             capture_output=True, text=True,
@@ -473,32 +519,64 @@ def tiny_tmpfs(tmp_path: Path) -> Iterator[Any]:
     finally:
         for where in mounted:
             subprocess.run(["umount", "-l", str(where)], check=True)
+        for holder in holders:
+            holder.communicate()  # closes its stdin: it exits, the mount with it
+            assert holder.returncode == 0, holder.returncode
 
 
-async def test_jail_dir_on_a_full_filesystem_child_gets_enospc(tiny_tmpfs: Any) -> None:
-    root = tiny_tmpfs("size=64k,mode=0700")
-    runner = Runner(import_paths=[TESTS_DIR], temp_root=str(root), limits=Limits(wall_time_s=20))
+# A parent on a tmpfs of its own (argv: where, options, tests dir): a child's
+# writes past it, caught and uncaught.
+FULL_FS_PARENT = OWN_TMPFS + """
+import json, trio
+root, tests = sys.argv[1], sys.argv[3]
+sys.path.insert(0, tests)
+from trunner import Limits, Runner, RunnerError
+CAUGHT = (
+    "import errno\\n"
+    "written = 0\\n"
+    "try:\\n"
+    "    with open('big', 'wb') as f:\\n"
+    "        for _ in range(1024):\\n"
+    "            f.write(b'x' * 4096)\\n"
+    "            f.flush()\\n"
+    "            written += 4096\\n"
+    "    result = ('wrote', written)\\n"
+    "except OSError as e:\\n"
+    "    result = (errno.errorcode[e.errno], written)\\n"
+)
+async def main():
+    runner = Runner(import_paths=[tests], temp_root=root, limits=Limits(wall_time_s=20))
+    out = {"caught": (await runner.run("children:run_code", CAUGHT)).response}
+    try:
+        await runner.run("children:run_code", "open('big', 'wb').write(b'x' * (1024 * 1024))")
+    except RunnerError as e:
+        out["uncaught"] = [e.reason.value, e.detail]
+    out["left"] = os.listdir(root)
+    print(json.dumps(out))
+trio.run(main)
+"""
+
+
+def test_jail_dir_on_a_full_filesystem_child_gets_enospc(tmp_path: Path) -> None:
+    """The parent runs on a tmpfs mounted in its own namespaces (so that not
+    root, it can be mounted at all)."""
+    root = tmp_path / "tmpfs"
+    root.mkdir()
+    out = subprocess.run(
+        [sys.executable, "-c", FULL_FS_PARENT, str(root), "size=64k,mode=0700", TESTS_DIR],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
     # Caught in the child: it can write up to the filesystem's size, no further.
-    result: Any = (await runner.run("children:run_code", textwrap.dedent("""
-        import errno
-        written = 0
-        try:
-            with open("big", "wb") as f:
-                for _ in range(1024):
-                    f.write(b"x" * 4096)
-                    f.flush()
-                    written += 4096
-            result = ("wrote", written)
-        except OSError as e:
-            result = (errno.errorcode[e.errno], written)
-    """))).response
-    assert result[0] == "ENOSPC"
-    assert result[1] <= 64 * 1024
+    assert seen["caught"][0] == "ENOSPC"
+    assert seen["caught"][1] <= 64 * 1024
     # Uncaught: a nonzero exit whose detail names the error.
-    e = await code_fails(runner, "open('big', 'wb').write(b'x' * (1024 * 1024))")
-    assert e.reason is Reason.NONZERO_EXIT
-    assert "No space left on device" in e.detail
-    assert list(root.iterdir()) == []
+    reason, detail = seen["uncaught"]
+    assert reason == Reason.NONZERO_EXIT
+    assert "No space left on device" in detail
+    assert seen["left"] == []  # no jail dir left on the tmpfs
+    assert list(root.iterdir()) == []  # the mount was the parent's only
 
 
 async def test_temp_root_out_of_inodes_is_spawn_failed(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import marshal
+import os
 import signal
 import subprocess
 import sys
@@ -106,10 +107,17 @@ async def test_rlimit_above_the_kernel_maximum_is_refused(jail_root: Path) -> No
     assert e.detail.startswith(f"rlimits: setrlimit({resource.RLIMIT_NOFILE}, {too_many}")
 
 
+_LIMIT = probe_host().process_limit
+
+
+# (A skip marker, not pytest.skip(): pytest-trio drops the reason of a skip
+# raised inside an async test.)
+@pytest.mark.skipif(
+    _LIMIT is None or _LIMIT.kind != "pids_cgroup",
+    reason=f"pids cgroups are root's: the process limit here (uid {os.getuid()}) is "
+    f"{_LIMIT.kind if _LIMIT else None}",
+)
 async def test_a_cgroup_that_cannot_be_joined_is_refused(jail_root: Path, tmp_path: Path) -> None:
-    limit = probe_host().process_limit
-    if limit is None or limit.kind != "pids_cgroup":
-        pytest.skip("the process limit here is RLIMIT_NPROC, not a cgroup")
     missing = str(tmp_path / "no-such-cgroup")
     backend = _edited(process_limit=("pids_cgroup", missing, 32))(locate_worker())
     e = await refusal(runner_on(jail_root, backend))

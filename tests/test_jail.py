@@ -25,6 +25,7 @@ from support import (
     syscall_denied,
     wait_gone,
     wait_none_jailed_under,
+    wait_uid_settled,
 )
 from trunner import Reason, Result, Runner
 from trunner.linux.backend import probe_host
@@ -154,6 +155,7 @@ async def test_forbidden_syscalls_are_syscall_denied(
 
 async def test_fork_bomb_stops_at_the_process_limit(runner: Runner) -> None:
     limits = runner.limits.replace(processes=8, wall_time_s=20)
+    await wait_uid_settled()
     result = await run_code(runner, """
         import os, time, errno
         pids, failure = [], None
@@ -308,40 +310,63 @@ async def test_no_process_of_a_run_outlives_it_whatever_the_outcome(
     assert list(jail_root.iterdir()) == []
 
 
-def test_unprivileged_path_where_the_interpreter_is_reachable(tmp_path: Path) -> None:
-    """As a non-root uid the process limit is RLIMIT_NPROC. That path needs an
-    interpreter (and venv) the unprivileged uid can reach; probe, else skip."""
-    if os.getuid() != 0:
-        host = probe_host()
-        assert host.process_limit is not None
-        assert host.process_limit.kind == "rlimit_nproc"
-        return
-    probe = subprocess.run(  # the worker's real interpreter, and trunner from it
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         os.path.realpath(sys.executable), "-c", "import sys; print(sys.version)"],
-        capture_output=True, timeout=60, cwd="/",
-    )
-    seen = (probe.stdout + probe.stderr).decode(errors="replace").strip()[:80]
-    if probe.returncode != 0 or seen != sys.version[:80]:
-        pytest.skip(
-            "the worker's interpreter is not reachable by uid 65534 (probed: "
-            f"exit {probe.returncode}, {seen!r} is not this {sys.version.split()[0]})"
-        )
-    import shutil
-    import tempfile
+def _tasks_of(uid: int) -> int:
+    """Tasks (threads included, as RLIMIT_NPROC counts them) whose real uid is `uid`."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields["Uid"].split()[0]) == uid:
+            total += int(fields["Threads"])
+    return total
 
-    root = tempfile.mkdtemp(prefix="trunner-unpriv-", dir="/tmp")
-    os.chmod(root, 0o777)
-    code = (
-        f"import trio; from trunner import Runner; r = Runner(temp_root={root!r});"
-        "print(r.backend.probe().process_limit.kind, trio.run(r.run, 'echo', 7).response)"
-    )
-    try:
-        out = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-             sys.executable, "-c", code], capture_output=True, timeout=120, cwd="/",
-        )
-        assert out.stdout.split() == [b"rlimit_nproc", b"7"], out.stderr
-        assert os.listdir(root) == []
-    finally:
-        shutil.rmtree(root)
+
+async def test_the_process_limit_is_rlimit_nproc_unless_root(runner: Runner) -> None:
+    """Not root: RLIMIT_NPROC = the real uid's tasks at spawn (the helper
+    counts itself) + processes - 1, so the run forks processes - 1 children at
+    most. Root, where the kernel ignores RLIMIT_NPROC: a per-run pids cgroup
+    with pids.max = processes, and RLIMIT_NPROC left as inherited.
+    (scripts/test-unprivileged runs this, and the whole suite, as uid 65534.)"""
+    import resource
+
+    processes = 6
+    limits = runner.limits.replace(processes=processes)
+    host = probe_host()
+    assert host.process_limit is not None
+    assert host.process_limit.kind == ("pids_cgroup" if os.getuid() == 0 else "rlimit_nproc")
+    await runner.run("echo", 0)  # the spawn thread is up: the uid's tasks now hold still
+    await wait_uid_settled()
+    before = _tasks_of(os.getuid())
+    result = await run_code(runner, """
+        import errno, os, resource, time
+        pids, failure = [], None
+        for _ in range(64):
+            try:
+                pid = os.fork()
+            except OSError as e:
+                failure = errno.errorcode[e.errno]
+                break
+            if pid == 0:
+                time.sleep(1000)
+                os._exit(0)
+            pids.append(pid)
+        result = {"nproc": resource.getrlimit(resource.RLIMIT_NPROC), "forked": len(pids),
+                  "failure": failure, "pids": pids}
+    """, limits=limits)
+    after = _tasks_of(os.getuid())
+    assert result["failure"] == "EAGAIN"
+    assert not any(is_alive(p) for p in result["pids"])
+    soft, hard = result["nproc"]
+    if os.getuid() == 0:
+        assert (soft, hard) == resource.getrlimit(resource.RLIMIT_NPROC)
+        assert result["forked"] == processes - 1  # the cgroup holds only this run
+    else:
+        assert soft == hard
+        counted = soft - (processes - 1)  # the helper's count, itself included
+        assert min(before, after) + 1 <= counted <= max(before, after) + 1, (before, after, soft)
+        assert 0 < result["forked"] <= processes - 1

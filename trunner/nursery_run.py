@@ -126,6 +126,7 @@ async def supervise(
             child.kill_group()
             await child.wait_exit()
             result.exit_code = os.waitstatus_to_exitcode(child.reap())
+            await child.wait_group_gone()
             result.report = child.read_report()
             await child.aclose_streams()
     return result

@@ -37,6 +37,22 @@ if TYPE_CHECKING:
 PIPE_BYTES = 1024 * 1024
 
 
+def _live_members(pgid: int) -> bool:
+    """Whether a process of group `pgid` is alive (not a zombie): /proc/PID/stat
+    has the state and the pgrp after the command's closing parenthesis."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
+        except OSError:
+            continue  # gone while we looked
+        if int(pgrp) == pgid and state not in (b"Z", b"X"):
+            return True
+    return False
+
+
 @dataclass(eq=False)
 class Child:
     """A spawned process-group leader that has not been reaped yet."""
@@ -75,6 +91,24 @@ class Child:
             self._popen.returncode = os.waitstatus_to_exitcode(status)
             os.close(self.pidfd)
         return self.wait_status
+
+    async def wait_group_gone(self, bound_s: float = 1.0) -> None:
+        """After `kill_group()` and `reap()`: wait, at most `bound_s`, until
+        no member of the group is alive (a zombie is dead). SIGKILL is
+        delivered asynchronously: a descendant may still be exiting when the
+        leader is reaped (as root the run's cgroup is emptied too; not root,
+        this is the only wait). Members cannot leave the group (setsid and
+        setpgid are denied) nor fork once killed. Only signal 0 is sent after
+        the reap: the pgid names this group while any member holds it."""
+        deadline = trio.current_time() + bound_s
+        while True:
+            try:
+                os.killpg(self.pid, 0)  # the usual case: no member at all
+            except (ProcessLookupError, PermissionError):
+                return
+            if not _live_members(self.pid) or trio.current_time() >= deadline:
+                return
+            await trio.sleep(0.001)
 
     def read_report(self) -> str | None:
         """After `reap()`: the helper's refusal, or None if it exec'd the

@@ -213,6 +213,29 @@ async def test_double_forked_daemon(runner: Runner, setsid: bool) -> None:
     assert not is_alive(result)
 
 
+async def test_a_descendant_slow_to_die_is_dead_when_run_returns(runner: Runner) -> None:
+    """A grandchild that let go of the pipes and holds memory that takes a
+    while to free: nothing waits on its pipes, yet it must be dead, not
+    merely SIGKILLed, when run() returns (as root the cgroup is emptied;
+    not root, only the group is there to wait on)."""
+    result = await run_code(runner, """
+        import time
+        r, w = os.pipe()
+        if os.fork() == 0:
+            if os.fork() == 0:
+                ballast = b"\\1" * (384 << 20)  # touched pages: exit has to free them
+                os.write(w, str(os.getpid()).encode())
+                os.closerange(0, 1024)
+                time.sleep(1000)
+            os._exit(0)
+        os.wait()
+        os.close(w)
+        result = int(os.read(r, 32))
+    """)
+    assert isinstance(result, int)
+    assert not is_alive(result)
+
+
 async def test_execute_setuid_binary(runner: Runner) -> None:
     """Executing a setuid-root binary under NO_NEW_PRIVS (privilege gain via suid exec)."""
     suids = [p for p in ("/usr/bin/passwd", "/usr/bin/su") if os.path.exists(p)

@@ -7,13 +7,15 @@ import signal
 
 import pytest
 
-from support import denied, run_code, wait_gone
+from support import denied, run_code, wait_gone, wait_uid_settled
 from trunner import Reason, Runner
 
 
 async def test_fork_bomb(runner: Runner) -> None:
-    """Recursive fork bomb (every process forks): EAGAIN at pids.max, nothing left after."""
+    """Recursive fork bomb (every process forks): EAGAIN at the process limit (pids.max as
+    root, RLIMIT_NPROC not), nothing left after."""
     limits = runner.limits.replace(processes=12, wall_time_s=40)
+    await wait_uid_settled()
     result = await run_code(runner, """
         import time
         log = os.open("pids", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -43,6 +45,7 @@ async def test_fork_bomb(runner: Runner) -> None:
 async def test_thread_bomb(runner: Runner) -> None:
     """Thread bomb: threads count against the pids cgroup too."""
     limits = runner.limits.replace(processes=8)
+    await wait_uid_settled()
     result = await run_code(runner, """
         import threading, time
         n, err = 0, None
