@@ -26,7 +26,7 @@ import trio
 from trunner import Reason, RunnerError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     from trunner import Runner
 
@@ -177,20 +177,22 @@ async def wait_gone(pids: Iterable[int], *, timeout_s: float = 10) -> None:
     assert alive == [], f"still alive after {timeout_s} s"
 
 
-def zombies_of(uid: int) -> list[int]:
-    """Zombie processes whose real uid is `uid`."""
-    found = []
+def proc_statuses() -> Iterator[tuple[int, dict[str, str]]]:
+    """(pid, /proc/PID/status fields) of every process still there."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
+                yield int(name), dict(line.split(":", 1) for line in f if ":" in line)
         except (FileNotFoundError, ProcessLookupError):
             continue
-        if fields["State"].split()[0] == "Z" and int(fields["Uid"].split()[0]) == uid:
-            found.append(int(name))
-    return found
+
+
+def zombies_of(uid: int) -> list[int]:
+    """Zombie processes whose real uid is `uid`."""
+    return [pid for pid, fields in proc_statuses()
+            if fields["State"].split()[0] == "Z" and int(fields["Uid"].split()[0]) == uid]
 
 
 async def wait_uid_settled(*, timeout_s: float = 10) -> None:

@@ -24,6 +24,7 @@ import trio
 
 import trunner.invocation
 from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds, watch_children
+from support import jailed_under
 from trunner import Reason, Runner, RunnerError
 from trunner.linux import cgroup
 from trunner.linux.backend import probe_host
@@ -231,18 +232,7 @@ time.sleep(1000)
 
 
 def _jailed_under(root: Path) -> list[int]:
-    """Live processes whose cwd is a jail dir under `root` (any parent)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-        except OSError:
-            continue
-        if cwd.startswith(str(root) + os.sep) and is_alive(int(entry)):
-            pids.append(int(entry))
-    return pids
+    return jailed_under(str(root))
 
 
 def _cgroups_of(pid: int) -> list[str]:

@@ -21,6 +21,7 @@ from support import (
     is_alive,
     is_jailed,
     proc_status,
+    proc_statuses,
     run_code,
     syscall_denied,
     wait_gone,
@@ -312,18 +313,8 @@ async def test_no_process_of_a_run_outlives_it_whatever_the_outcome(
 
 def _tasks_of(uid: int) -> int:
     """Tasks (threads included, as RLIMIT_NPROC counts them) whose real uid is `uid`."""
-    total = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if int(fields["Uid"].split()[0]) == uid:
-            total += int(fields["Threads"])
-    return total
+    return sum(int(fields["Threads"]) for _, fields in proc_statuses()
+               if int(fields["Uid"].split()[0]) == uid)
 
 
 async def test_the_process_limit_is_rlimit_nproc_unless_root(runner: Runner) -> None:
