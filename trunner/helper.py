@@ -2,8 +2,9 @@
 
 Runs between spawn and exec as `trunner-worker helper PLAN FD -- ADAPTER...`,
 where PLAN is one hex argv item of a marshal dict the parent resolved (see
-`trunner.linux.plan`) and FD the write end of the report pipe. Imports only os, marshal (built in) and
-`trunner.linux.install` (os + ctypes); never trio, msgspec or a binding.
+`trunner.linux.plan`) and FD the write end of the report pipe. Imports only
+os, marshal (built in) and `trunner.linux.install` (os + ctypes); never
+trio, msgspec or a binding.
 
 Every layer is mandatory: a plan without one of them is refused, never
 read as "skip". Each step applies fully or the helper reports the step on
@@ -53,7 +54,7 @@ def main(argv: "list[str]") -> "NoReturn":
         _take_report_fd(argv[1] if len(argv) > 1 else "")
         plan, adapter = _read_plan(argv)
         skip = plan["unsafe_skip"]
-        steps: "list[tuple[Any, ...]]" = [
+        steps: list[tuple[Any, ...]] = [
             # 1. env: check first, nothing else depends on it.
             ("env", _check_env, plan["env"]),
             # 2. process limit: needs the host's view (real root for the
@@ -115,7 +116,7 @@ def _read_plan(argv: "list[str]") -> "tuple[dict[str, Any], list[str]]":
     except (ValueError, EOFError, TypeError) as e:
         raise SetupError(f"plan: not a plan ({e})") from None
     if type(plan) is not dict or plan.get("version") != PLAN_VERSION:
-        raise SetupError("plan: not a plan of version %d" % PLAN_VERSION)
+        raise SetupError(f"plan: not a plan of version {PLAN_VERSION}")
     missing = [key for key in _KEYS if key not in plan]
     if missing:
         raise SetupError(f"plan: missing {', '.join(missing)}")
@@ -129,7 +130,7 @@ _KEYS = ("env", "process_limit", "rlimits", "unshare_flags", "uid", "gid", "land
          "parent_pid", "seccomp_bpf", "unsafe_skip", "fail_at")
 
 
-def _apply(name: str, fn: "Any", *args: "Any") -> None:
+def _apply(name: str, fn: "Any", *args: "Any") -> None:  # noqa: ANN401 (no typing here)
     try:
         fn(*args)
     except SetupError:
@@ -152,7 +153,7 @@ def _fail(e: SetupError) -> "NoReturn":
 _INSTALL: "list[Any]" = []
 
 
-def _install() -> "Any":
+def _install() -> "Any":  # noqa: ANN401 (the module, without importing typing)
     """trunner.linux.install, imported once (ctypes is its only cost)."""
     if not _INSTALL:
         from trunner.linux import install

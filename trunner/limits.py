@@ -47,7 +47,7 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
         """
         return msgspec.convert(dict(data), cls)
 
-    def replace(self, **changes: Any) -> "Limits":
+    def replace(self, **changes: object) -> "Limits":
         """A copy with some fields changed, validated again."""
         return Limits.from_mapping({**msgspec.structs.asdict(self), **changes})
 

@@ -14,12 +14,14 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import msgspec
 
 from trunner.linux import seccomp
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 #: Symbolic paths, resolved by the backend on the host: the interpreter's
 #: prefixes, and the directory trunner is imported from.

@@ -15,13 +15,11 @@ import os
 import platform
 import signal
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, HostSupport, ProcessLimit
-from trunner.limits import Limits
 from trunner.linux import cgroup, install, kmsg, landlock, seccomp, watchdog
 from trunner.linux.plan import (
     HelperPlan,
@@ -32,6 +30,11 @@ from trunner.linux.plan import (
     trunner_dir,
 )
 from trunner.profile import DEFAULT_PROFILE, JailProfile
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from trunner.limits import Limits
 
 #: Bump when the meaning of a hashed field changes.
 RULES_SCHEMA: int = 2
@@ -159,7 +162,8 @@ class LinuxBackend:
         abi = self.abi()
         if abi < landlock.MIN_ABI:
             raise RunnerError(
-                Reason.SANDBOX_SETUP, f"landlock: ABI {abi} is below the required {landlock.MIN_ABI}"
+                Reason.SANDBOX_SETUP,
+                f"landlock: ABI {abi} is below the required {landlock.MIN_ABI}",
             )
         if self.landlock_abi is not None and self.landlock_abi > host.landlock_abi:
             raise RunnerError(

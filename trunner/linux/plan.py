@@ -15,16 +15,19 @@ import marshal
 import os
 import resource
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
 from trunner.helper import PLAN_VERSION, SKIPPABLE
-from trunner.jail import HostSupport
-from trunner.limits import Limits
 from trunner.linux import landlock, seccomp
 from trunner.profile import PYTHON_PATHS, TRUNNER_PATH, JailProfile
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from trunner.jail import HostSupport
+    from trunner.limits import Limits
 
 #: Placeholders for per-run values in the hashed plan.
 JAIL_DIR: Final = "@jail"
@@ -182,7 +185,7 @@ def hashed_plan(plan: HelperPlan, env: Mapping[str, str], jail_dir: str) -> dict
     names = {jail_dir: JAIL_DIR, trunner_dir(): TRUNNER_PATH}
     names.update((path, PYTHON_PATHS) for path in python_paths())
 
-    def name(value: Any) -> Any:
+    def name(value: object) -> object:
         return names.get(value, value) if isinstance(value, str) else value
 
     rules = plan.landlock
