@@ -40,17 +40,10 @@ if TYPE_CHECKING:
 RULES_SCHEMA: int = 2
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
 def _has_seccomp_filter() -> bool:
-    status = _read("/proc/self/status") or ""
-    return "\nSeccomp:" in status and (_read("/proc/sys/kernel/seccomp/actions_avail") or "") != ""
+    status = cgroup.read_text("/proc/self/status") or ""
+    actions = cgroup.read_text("/proc/sys/kernel/seccomp/actions_avail") or ""
+    return "\nSeccomp:" in status and actions != ""
 
 
 @functools.cache
@@ -58,8 +51,8 @@ def probe_host() -> HostSupport:
     """What this kernel supports, probed once per process. Reads only."""
     is_root = os.getuid() == 0
     abi = install.landlock_abi()
-    userns = (_read("/proc/sys/user/max_user_namespaces") or "0") != "0"
-    netns = (_read("/proc/sys/user/max_net_namespaces") or "0") != "0"
+    userns = (cgroup.read_text("/proc/sys/user/max_user_namespaces") or "0") != "0"
+    netns = (cgroup.read_text("/proc/sys/user/max_net_namespaces") or "0") != "0"
     has_seccomp = _has_seccomp_filter()
     limit = None
     if not is_root:

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 DIR_NAME = "trunner"
 
 
-def _read(path: str) -> str | None:
+def read_text(path: str) -> str | None:
+    """A small kernel file's text, stripped; None if it cannot be read."""
     try:
         with open(path) as f:
             return f.read().strip()
@@ -45,10 +46,10 @@ def find_base() -> str | None:
     has the controller (`prepare` then enables it).
     """
     own = {}
-    for line in (_read("/proc/self/cgroup") or "").splitlines():
+    for line in (read_text("/proc/self/cgroup") or "").splitlines():
         _, controllers, path = line.split(":", 2)
         own[controllers] = path
-    for line in (_read("/proc/self/mountinfo") or "").splitlines():
+    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
         left, _, right = line.partition(" - ")
         fstype, _, options = [*right.split(" "), "", "", ""][:3]
         mount_point = left.split(" ")[4]
@@ -59,8 +60,8 @@ def find_base() -> str | None:
                     base = os.path.join(mount_point, path.lstrip("/"))
         elif fstype == "cgroup2" and "" in own:
             base = os.path.join(mount_point, own[""].lstrip("/"))
-            enabled = (_read(os.path.join(base, "cgroup.subtree_control")) or "").split()
-            available = (_read(os.path.join(base, "cgroup.controllers")) or "").split()
+            enabled = (read_text(os.path.join(base, "cgroup.subtree_control")) or "").split()
+            available = (read_text(os.path.join(base, "cgroup.controllers")) or "").split()
             if "pids" not in enabled and not (own[""] == "/" and "pids" in available):
                 base = None
         if base is not None and os.access(base, os.W_OK):
@@ -76,7 +77,7 @@ def prepare(base: str) -> str:
         OSError: the setup was refused.
     """
     control = os.path.join(base, "cgroup.subtree_control")
-    if os.path.exists(control) and "pids" not in (_read(control) or "").split():
+    if os.path.exists(control) and "pids" not in (read_text(control) or "").split():
         with open(control, "w") as f:
             f.write("+pids")
     parent = os.path.join(base, DIR_NAME)
@@ -110,7 +111,7 @@ def make(base: str, before_mkdir: Callable[[str], None]) -> str:
 
 
 def kill_all(path: str) -> None:
-    for pid in (_read(os.path.join(path, "cgroup.procs")) or "").split():
+    for pid in (read_text(os.path.join(path, "cgroup.procs")) or "").split():
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid), signal.SIGKILL)
 

@@ -177,24 +177,22 @@ def restrict_filesystem(
                 is_dir = os.fstat(fd).st_mode & _S_IFMT == _S_IFDIR
                 rights = dir_rights if is_dir else file_rights
                 if rights:
-                    rule = _PathBeneath(rights, fd)
-                    _check(int(libc().syscall(
-                        ctypes.c_long(_nr("landlock_add_rule")), ctypes.c_long(ruleset),
-                        ctypes.c_long(_LANDLOCK_RULE_PATH_BENEATH),
-                        ctypes.c_void_p(ctypes.addressof(rule)), ctypes.c_long(0))),
-                        f"landlock_add_rule({path})")
+                    _add_rule(ruleset, _LANDLOCK_RULE_PATH_BENEATH, _PathBeneath(rights, fd),
+                              f"landlock_add_rule({path})")
             finally:
                 os.close(fd)
         for port, rights in ports:
-            rule_net = _NetPort(rights, port)
-            _check(int(libc().syscall(
-                ctypes.c_long(_nr("landlock_add_rule")), ctypes.c_long(ruleset),
-                ctypes.c_long(_LANDLOCK_RULE_NET_PORT),
-                ctypes.c_void_p(ctypes.addressof(rule_net)), ctypes.c_long(0))),
-                f"landlock_add_rule(tcp port {port})")
+            _add_rule(ruleset, _LANDLOCK_RULE_NET_PORT, _NetPort(rights, port),
+                      f"landlock_add_rule(tcp port {port})")
         _syscall("landlock_restrict_self", ruleset, 0)
     finally:
         os.close(ruleset)
+
+
+def _add_rule(ruleset: int, rule_type: int, attr: ctypes.Structure, what: str) -> None:
+    _check(int(libc().syscall(
+        ctypes.c_long(_nr("landlock_add_rule")), ctypes.c_long(ruleset), ctypes.c_long(rule_type),
+        ctypes.c_void_p(ctypes.addressof(attr)), ctypes.c_long(0))), what)
 
 
 class _SockFprog(ctypes.Structure):
