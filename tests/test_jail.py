@@ -154,24 +154,29 @@ async def test_forbidden_syscalls_are_syscall_denied(
     await syscall_denied(runner, code, syscall)
 
 
+# Forks sleeping children until the kernel refuses one (64 at most).
+FORK_UNTIL_REFUSED = """
+import errno, os, resource, time
+pids, failure = [], None
+for _ in range(64):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        failure = errno.errorcode[e.errno]
+        break
+    if pid == 0:
+        time.sleep(1000)
+        os._exit(0)
+    pids.append(pid)
+result = {"nproc": resource.getrlimit(resource.RLIMIT_NPROC), "forked": len(pids),
+          "failure": failure, "pids": pids}
+"""
+
+
 async def test_fork_bomb_stops_at_the_process_limit(runner: Runner) -> None:
     limits = runner.limits.replace(processes=8, wall_time_s=20)
     await wait_uid_settled()
-    result = await run_code(runner, """
-        import os, time, errno
-        pids, failure = [], None
-        for _ in range(64):
-            try:
-                pid = os.fork()
-            except OSError as e:
-                failure = errno.errorcode[e.errno]
-                break
-            if pid == 0:
-                time.sleep(1000)
-                os._exit(0)
-            pids.append(pid)
-        result = {"forked": len(pids), "failure": failure, "pids": pids}
-    """, limits=limits)
+    result = await run_code(runner, FORK_UNTIL_REFUSED, limits=limits)
     assert result["failure"] == "EAGAIN"
     assert result["forked"] < 8
     assert not any(is_alive(p) for p in result["pids"])
@@ -333,22 +338,7 @@ async def test_the_process_limit_is_rlimit_nproc_unless_root(runner: Runner) -> 
     await runner.run("echo", 0)  # the spawn thread is up: the uid's tasks now hold still
     await wait_uid_settled()
     before = _tasks_of(os.getuid())
-    result = await run_code(runner, """
-        import errno, os, resource, time
-        pids, failure = [], None
-        for _ in range(64):
-            try:
-                pid = os.fork()
-            except OSError as e:
-                failure = errno.errorcode[e.errno]
-                break
-            if pid == 0:
-                time.sleep(1000)
-                os._exit(0)
-            pids.append(pid)
-        result = {"nproc": resource.getrlimit(resource.RLIMIT_NPROC), "forked": len(pids),
-                  "failure": failure, "pids": pids}
-    """, limits=limits)
+    result = await run_code(runner, FORK_UNTIL_REFUSED, limits=limits)
     after = _tasks_of(os.getuid())
     assert result["failure"] == "EAGAIN"
     assert not any(is_alive(p) for p in result["pids"])
