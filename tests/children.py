@@ -80,12 +80,13 @@ def exact_stdout(req: int) -> None:
     raise ValueError(f"no frame of exactly {req} bytes")
 
 
-def grandchild_holds_stdout(req: Any) -> int:
+def grandchild_holds_stdout(req: Any) -> str:
+    """Fork a grandchild that holds stdout; return the jail's PID namespace."""
     pid = os.fork()
     if pid == 0:
         time.sleep(10**6)
         os._exit(0)
-    return pid
+    return os.readlink("/proc/self/ns/pid")
 
 
 def spin(req: Any) -> None:
@@ -105,6 +106,7 @@ def status(req: Any) -> dict[str, Any]:
         "pgid": os.getpgid(0),
         "sid": os.getsid(0),
         "uid": os.getuid(),
+        "pidns": os.readlink("/proc/self/ns/pid"),
     }
 
 

@@ -120,11 +120,28 @@ def is_alive(pid: int) -> bool:
 
 
 def group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is in group `pgid`. A zombie holds
+    no memory and no descriptor: a jail's pid 1 whose parent, the helper,
+    was SIGKILLed first is reaped by the host's init, in its own time."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    return True
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        exiting = int(fields[6]) & _PF_EXITING  # past exit: no memory, no files
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X") and not exiting:
+            return True
+    return False
+
+
+_PF_EXITING = 0x4
 
 
 def proc_status(pid: int) -> dict[str, str]:
@@ -224,8 +241,10 @@ async def wait_none_jailed_under(root: str, *, timeout_s: float = 10) -> None:
 
 
 def jailed_under(root: str) -> list[int]:
-    """Live processes whose cwd is (or was, if removed) a jail dir under `root`."""
-    pids = []
+    """Live processes whose cwd is (or was, if removed) a jail dir under `root`
+    (the helpers and their jails' pid 1), and every live process in those
+    jails' PID namespaces (the jail works in its own root's working dir)."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -234,5 +253,65 @@ def jailed_under(root: str) -> list[int]:
         except OSError:
             continue
         if cwd.startswith(root.rstrip("/") + "/") and is_alive(int(entry)):
-            pids.append(int(entry))
-    return pids
+            found.append(int(entry))
+    host = os.readlink("/proc/self/ns/pid")
+    spaces = set()
+    for pid in found:
+        try:
+            spaces.add(os.readlink(f"/proc/{pid}/ns/pid"))
+        except OSError:
+            continue
+    spaces.discard(host)
+    members = {p for ns in spaces for p in pid_namespace_members(ns) if is_alive(p)}
+    return sorted(set(found) | members)
+
+
+# -- the jail's PID namespace -------------------------------------------------------
+# Pids a jailed child reports are those of its own PID namespace (it is pid 2;
+# pid 1 is the jail's reaper); the host sees the helper, outside. A child
+# proves what of it is left by its namespace (`os.readlink("/proc/self/ns/pid")`,
+# the same inode from the host): `pid_namespace_members(ns) == []` once the run
+# returned means no process of the jail survived.
+
+PID_NS = 'os.readlink("/proc/self/ns/pid")'
+
+
+def pid_namespace_members(ns: str) -> list[int]:
+    """Host pids in the PID namespace `ns` (e.g. 'pid:[4026532…]')."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == ns:
+                    out.append(int(name))
+            except OSError:
+                continue  # gone, or a kernel thread
+    return out
+
+
+def ns_pids(pid: int) -> list[int]:
+    """`NSpid` of a host pid: its pid in each nested namespace, host first."""
+    return [int(p) for p in proc_status(pid).get("NSpid", "").split()]
+
+
+def host_children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+async def wait_jail_pid(helper: int, *, timeout_s: float = 30) -> int:
+    """The host pid of the jail's pid 2 (the adapter): the child of the
+    helper's child, the jail's pid 1."""
+    with trio.fail_after(timeout_s):
+        while True:
+            for init in host_children(helper):
+                for child in host_children(init):
+                    if ns_pids(child)[1:] == [2]:
+                        return child
+            await trio.sleep(0.01)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import random
 import resource
@@ -25,7 +24,7 @@ import trio
 import trunner.invocation
 from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds, watch_children
 from support import jailed_under
-from trunner import Reason, Runner, RunnerError
+from trunner import Limits, Reason, Runner, RunnerError
 from trunner.linux import cgroup
 from trunner.linux.backend import probe_host
 
@@ -514,59 +513,33 @@ def tiny_tmpfs(tmp_path: Path) -> Iterator[Any]:
             assert holder.returncode == 0, holder.returncode
 
 
-# A parent on a tmpfs of its own (argv: where, options, tests dir): a child's
-# writes past it, caught and uncaught.
-FULL_FS_PARENT = OWN_TMPFS + """
-import json, trio
-root, tests = sys.argv[1], sys.argv[3]
-sys.path.insert(0, tests)
-from trunner import Limits, Runner, RunnerError
-CAUGHT = (
-    "import errno\\n"
-    "written = 0\\n"
-    "try:\\n"
-    "    with open('big', 'wb') as f:\\n"
-    "        for _ in range(1024):\\n"
-    "            f.write(b'x' * 4096)\\n"
-    "            f.flush()\\n"
-    "            written += 4096\\n"
-    "    result = ('wrote', written)\\n"
-    "except OSError as e:\\n"
-    "    result = (errno.errorcode[e.errno], written)\\n"
-)
-async def main():
-    runner = Runner(import_paths=[tests], temp_root=root, limits=Limits(wall_time_s=20))
-    out = {"caught": (await runner.run("children:run_code", CAUGHT)).response}
-    try:
-        await runner.run("children:run_code", "open('big', 'wb').write(b'x' * (1024 * 1024))")
-    except RunnerError as e:
-        out["uncaught"] = [e.reason.value, e.detail]
-    out["left"] = os.listdir(root)
-    print(json.dumps(out))
-trio.run(main)
-"""
-
-
-def test_jail_dir_on_a_full_filesystem_child_gets_enospc(tmp_path: Path) -> None:
-    """The parent runs on a tmpfs mounted in its own namespaces (so that not
-    root, it can be mounted at all)."""
-    root = tmp_path / "tmpfs"
-    root.mkdir()
-    out = subprocess.run(
-        [sys.executable, "-c", FULL_FS_PARENT, str(root), "size=64k,mode=0700", TESTS_DIR],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout)
-    # Caught in the child: it can write up to the filesystem's size, no further.
-    assert seen["caught"][0] == "ENOSPC"
-    assert seen["caught"][1] <= 64 * 1024
+async def test_jail_dir_on_a_full_filesystem_child_gets_enospc(tiny_tmpfs: Any) -> None:
+    """The run writes to its own scratch tmpfs (`scratch_bytes`), never to the
+    temp root's filesystem: full at the scratch cap, whatever the host has."""
+    root = tiny_tmpfs("size=64k,mode=0700")
+    runner = Runner(import_paths=[TESTS_DIR], temp_root=str(root),
+                    limits=Limits(wall_time_s=20, scratch_bytes=1024 * 1024))
+    # Caught in the child: it can write up to the scratch's size, no further.
+    result = (await runner.run("children:run_code", textwrap.dedent("""
+        import errno
+        written = 0
+        try:
+            with open("big", "wb") as f:
+                for _ in range(2048):
+                    f.write(b"x" * 4096)
+                    f.flush()
+                    written += 4096
+            result = ("wrote", written)
+        except OSError as e:
+            result = (errno.errorcode[e.errno], written)
+    """))).response
+    assert result[0] == "ENOSPC"
+    assert 64 * 1024 < result[1] <= 1024 * 1024
     # Uncaught: a nonzero exit whose detail names the error.
-    reason, detail = seen["uncaught"]
-    assert reason == Reason.NONZERO_EXIT
-    assert "No space left on device" in detail
-    assert seen["left"] == []  # no jail dir left on the tmpfs
-    assert list(root.iterdir()) == []  # the mount was the parent's only
+    e = await code_fails(runner, "open('big', 'wb').write(b'x' * (2 * 1024 * 1024))")
+    assert e.reason is Reason.NONZERO_EXIT
+    assert "No space left on device" in e.detail
+    assert list(root.iterdir()) == []
 
 
 async def test_temp_root_out_of_inodes_is_spawn_failed(

@@ -21,15 +21,22 @@ from trunner import Limits, Reason, Runner, RunnerError
 from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.jail import HostSupport
 from trunner.linux.backend import LinuxBackend, LinuxJail, probe_host
-from trunner.linux.plan import HelperPlan, encode_plan, plan_jail
+from trunner.linux.plan import (
+    WORKDIR,
+    HelperPlan,
+    encode_plan,
+    package_dir,
+    plan_jail,
+    trunner_dir,
+)
 from trunner.profile import DEFAULT_PROFILE
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-STEPS = ["env", "process_limit", "rlimits", "namespaces", "capabilities", "descriptors",
-         "no_new_privs", "landlock", "parent_death", "seccomp"]
+STEPS = ["env", "process_limit", "rlimits", "namespaces", "parent_death", "pid_namespace",
+         "root", "capabilities", "descriptors", "no_new_privs", "landlock", "seccomp"]
 
 
 class PlanEditing(LinuxBackend):
@@ -133,7 +140,8 @@ async def test_a_landlock_path_that_vanished_fails_closed(jail_root: Path, tmp_p
     modes.rmdir()
     e = await refusal(runner)
     assert e.reason is Reason.SANDBOX_SETUP
-    assert e.detail.startswith(f"landlock: landlock_add_rule({modes})")
+    # Its bind into the jail's root fails first (Landlock would, on top).
+    assert e.detail.startswith(f"root: bind({modes}): No such file or directory")
 
 
 async def test_an_unknown_process_limit_mechanism_is_refused(jail_root: Path) -> None:
@@ -161,7 +169,8 @@ def _drop(key: str) -> Callable[[str], str]:
 
 
 @pytest.mark.parametrize("key", ["landlock", "seccomp_bpf", "unshare_flags", "process_limit",
-                                 "rlimits", "parent_pid", "env", "unsafe_skip"])
+                                 "rlimits", "parent_pid", "env", "unsafe_skip", "root_ops",
+                                 "scratch", "staging", "hostname", "workdir"])
 async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, key: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(_drop(key))))
     assert e.reason is Reason.SANDBOX_SETUP
@@ -171,8 +180,8 @@ async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, ke
 @pytest.mark.parametrize(("item", "detail"), [
     ("zz", "plan: not a plan"),
     ("", "plan: not a plan"),
-    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 2"),
-    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 2"),
+    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 3"),
+    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 3"),
 ])
 async def test_a_corrupt_plan_fails_closed(jail_root: Path, item: str, detail: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(lambda _: item)))
@@ -215,9 +224,21 @@ def test_plan_jail_is_pure_and_names_every_layer() -> None:
     limits = Limits(processes=5, open_files=99)
     a = plan_jail(limits, host, DEFAULT_PROFILE, "/j", parent_pid=42, cgroup="/cg")
     assert a == plan_jail(limits, host, DEFAULT_PROFILE, "/j", parent_pid=42, cgroup="/cg")
-    assert a.unshare_flags == 0x10000000 | 0x40000000
+    # user, net, mount, pid, ipc, uts
+    assert a.unshare_flags == (
+        0x10000000 | 0x40000000 | 0x20000 | 0x20000000 | 0x08000000 | 0x04000000)
     assert (a.uid, a.gid, a.parent_pid) == (1000, 1000, 42)
-    assert dict(a.landlock.path_rules)["/j"] & 0b10  # the jail dir is writable
+    rules = dict(a.landlock.path_rules)
+    for path in (WORKDIR, "/tmp", "/dev/shm"):  # the scratch is writable
+        assert rules[path] & 0b10
+    assert "/j" not in rules
+    assert not any("/j" in op[1:3] for op in a.root_ops)
+    assert a.scratch[0] == limits.scratch_bytes
+    assert a.workdir == WORKDIR
+    binds = {op[2] for op in a.root_ops if op[0] == "bind"}
+    assert package_dir() in binds
+    assert trunner_dir() not in binds  # not the checkout
+    assert not {"/etc/shadow", "/etc", "/proc"} & binds
     assert a.unsafe_skip == ()
     assert a.fail_at == ""
     import resource
@@ -225,9 +246,11 @@ def test_plan_jail_is_pure_and_names_every_layer() -> None:
     assert (resource.RLIMIT_NOFILE, 99, 99) in a.rlimits
     assert (resource.RLIMIT_CORE, 0, 0) in a.rlimits
     assert marshal.loads(bytes.fromhex(encode_plan(a)))["seccomp_bpf"] == a.seccomp_bpf
-    no_user = msgspec.structs.replace(DEFAULT_PROFILE, namespaces=("net",))
-    with pytest.raises(ValueError, match="user namespace"):
-        plan_jail(limits, host, no_user, "/j")
+    for name in ("user", "mount", "pid", "ipc", "uts"):
+        without = msgspec.structs.replace(
+            DEFAULT_PROFILE, namespaces=tuple(n for n in DEFAULT_PROFILE.namespaces if n != name))
+        with pytest.raises(ValueError, match=f"own {name} namespace"):
+            plan_jail(limits, host, without, "/j")
 
 
 # -- the report channel ----------------------------------------------------------

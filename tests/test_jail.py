@@ -17,9 +17,10 @@ import trio
 
 from conftest import TESTS_DIR, child_pids
 from support import (
+    PID_NS,
     denied,
-    is_alive,
     is_jailed,
+    pid_namespace_members,
     proc_status,
     proc_statuses,
     run_code,
@@ -30,6 +31,7 @@ from support import (
 )
 from trunner import Reason, Result, Runner
 from trunner.linux.backend import probe_host
+from trunner.linux.plan import WORKDIR
 
 
 def test_doctor_says_this_host_can_run() -> None:
@@ -54,11 +56,11 @@ async def test_status_no_new_privs_seccomp_no_caps(runner: Runner) -> None:
     assert "CapBnd:\t0000000000000000" in text
     # Descriptor hygiene: only the runner's pipes (and the listing's own fd).
     assert set(status["fds"]) <= {0, 1, 2, 3}
-    # A fresh process group and session of its own.
-    assert status["pgid"] == status["pid"] == status["sid"]
-    # The cwd is the run's own jail dir, directly under the temp root.
-    assert runner.temp_root is not None
-    assert os.path.dirname(os.path.realpath(status["cwd"])) == os.path.realpath(runner.temp_root)
+    # Pid 2 of its own PID namespace, in a fresh process group and session
+    # whose leader (the helper) is outside it: so 0 from inside.
+    assert (status["pid"], status["pgid"], status["sid"]) == (2, 0, 0)
+    # The cwd is the scratch's fixed working dir.
+    assert status["cwd"] == WORKDIR
 
 
 async def test_parent_environment_is_not_inherited(
@@ -110,21 +112,25 @@ async def test_reading_a_file_outside_fails(runner: Runner, tmp_path: Path) -> N
                   attempt(lambda: os.listdir("/root")),
                   attempt(lambda: open("/root/.bashrc").read())]
     """)
-    assert result[:5] == ["EACCES"] * 5
-    assert result[5] in ("EACCES", "ENOENT")
+    # Not in the jail's root at all (Landlock would refuse them too).
+    assert result[:3] == ["ENOENT"] * 3
+    # /etc/passwd is the jail's own: its user and nobody, no host account.
+    assert result[3].startswith("OK:")
+    assert "daemon:" not in result[3]
+    assert result[4:] == ["EACCES", "ENOENT"]  # /root: only the mount points inside
     assert "top secret" not in repr(result)
-    assert "root:" not in repr(result)
 
 
 @pytest.mark.parametrize("where", ["/tmp", "/dev/shm", "/var/tmp", "TEST_TMP"])
 async def test_writing_outside_the_jail_fails(runner: Runner, where: str, tmp_path: Path) -> None:
-    """Drop a file in a shared writable dir (tmp-race / planted-file class)."""
+    """Drop a file in a shared writable dir (tmp-race / planted-file class):
+    the jail's /tmp and /dev/shm are its own scratch; nothing reaches the host."""
     base = str(tmp_path) if where == "TEST_TMP" else where
     target = f"{base}/trunner-escape-{os.getpid()}"
     result = await run_code(runner, f"""
         result = attempt(lambda: open({target!r}, "w").write("x"))
     """)
-    assert result == "EACCES"
+    assert result == ("OK:1" if where in ("/tmp", "/dev/shm") else "ENOENT")
     assert not os.path.exists(target)
 
 
@@ -169,7 +175,7 @@ for _ in range(64):
         os._exit(0)
     pids.append(pid)
 result = {"nproc": resource.getrlimit(resource.RLIMIT_NPROC), "forked": len(pids),
-          "failure": failure, "pids": pids}
+          "failure": failure, "pids": pids, "ns": os.readlink("/proc/self/ns/pid")}
 """
 
 
@@ -179,7 +185,7 @@ async def test_fork_bomb_stops_at_the_process_limit(runner: Runner) -> None:
     result = await run_code(runner, FORK_UNTIL_REFUSED, limits=limits)
     assert result["failure"] == "EAGAIN"
     assert result["forked"] < 8
-    assert not any(is_alive(p) for p in result["pids"])
+    assert pid_namespace_members(result["ns"]) == []
 
 
 async def test_allocating_past_the_address_space_limit_fails(runner: Runner) -> None:
@@ -239,13 +245,19 @@ async def test_sigkilled_parent_leaves_no_jailed_process(jail_root: Path) -> Non
     try:
         with trio.fail_after(30):
             while True:
-                ready = list(jail_root.glob("*/ready"))
+                # The jail writes `ready` in its working dir (its own scratch),
+                # seen from the host through the jail's /proc/PID/cwd.
+                ready = [p for p in _descendants(parent.pid)
+                         if os.path.exists(f"/proc/{p}/cwd/ready")]
                 if ready:
                     break
                 assert parent.poll() is None, f"the parent exited {parent.returncode}"
                 await trio.sleep(0.02)
-        jailed = [int(pid) for pid in ready[0].read_text().split()]
-        assert len(jailed) == 2
+        inside = [int(pid) for pid in Path(f"/proc/{ready[0]}/cwd/ready").read_text().split()]
+        assert inside == [2, 3]  # pids of the jail's own namespace
+        ns = os.readlink(f"/proc/{ready[0]}/ns/pid")
+        jailed = pid_namespace_members(ns)
+        assert len(jailed) == 3  # its pid 1, the adapter, the grandchild
         assert set(jailed) <= set(_descendants(parent.pid))
         assert all(is_jailed(proc_status(pid)) for pid in jailed)
         parent.kill()
@@ -305,8 +317,8 @@ async def test_no_process_of_a_run_outlives_it_whatever_the_outcome(
 ) -> None:
     code = FORK_A_SLEEPER + tail
     if reason is None:
-        sleeper = await run_code(runner, code)
-        assert not is_alive(sleeper)
+        ns = await run_code(runner, code.replace("result = sleeper", f"result = {PID_NS}"))
+        assert pid_namespace_members(ns) == []
     else:
         e = await denied(runner, code, limits=runner.limits.replace(**limits))
         assert e.reason is reason, e.detail
@@ -341,7 +353,7 @@ async def test_the_process_limit_is_rlimit_nproc_unless_root(runner: Runner) -> 
     result = await run_code(runner, FORK_UNTIL_REFUSED, limits=limits)
     after = _tasks_of(os.getuid())
     assert result["failure"] == "EAGAIN"
-    assert not any(is_alive(p) for p in result["pids"])
+    assert pid_namespace_members(result["ns"]) == []
     soft, hard = result["nproc"]
     if os.getuid() == 0:
         assert (soft, hard) == resource.getrlimit(resource.RLIMIT_NPROC)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from conftest import child_pids, is_alive
-from support import wait_gone
+from conftest import child_pids
+from support import pid_namespace_members, wait_gone
 from trunner import Reason, Runner, RunnerError
 
 if TYPE_CHECKING:
@@ -29,12 +29,13 @@ async def test_each_request_gets_its_own_prewarmed_jailed_process(runner: Runner
         await wait_idle(pool, 2)
         first = (await pool.run(None)).response
         second = (await pool.run(None)).response
-    assert first["pid"] != second["pid"]
+    assert first["pidns"] != second["pidns"]  # each its own jail (each is pid 2 in it)
     for status in (first, second):
-        assert status["pgid"] == status["pid"]
+        assert status["pid"] == 2
+        assert status["pgid"] == 0  # the group's leader, the helper, is outside
         assert "Seccomp:\t2" in status["status"]
         assert "NoNewPrivs:\t1" in status["status"]
-        assert not is_alive(status["pid"])
+        assert pid_namespace_members(status["pidns"]) == []
     assert child_pids() == []
 
 

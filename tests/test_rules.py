@@ -24,7 +24,7 @@ from trunner.rules import effective_rules_version
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids cgroup, no import paths).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "974ade140c2d321bcd6af4a3f388ea89c565f3aca5532b8ae0d375e808d1dd44"
+GOLDEN_DEFAULT = "4c711de9dd0fedebce0b988a9d5c79fab35b73099bd96b9753f2ee78fce0c0a1"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:
@@ -50,7 +50,7 @@ def test_golden_default_version() -> None:
 
 
 PROFILE_CHANGES = {
-    "namespaces": ("user",),
+    "namespaces": ("ipc", "mount", "pid", "user", "uts"),
     "read_exec": (*DEFAULT_PROFILE.read_exec, "/opt"),
     "read_only": DEFAULT_PROFILE.read_only[1:],
     "read_write": (),
@@ -81,7 +81,7 @@ async def test_the_hashed_plan_is_the_plan_the_helper_gets(jail_root: Path) -> N
     import os
     import tempfile
 
-    from trunner.linux.plan import JAIL_DIR
+    from trunner.linux.plan import JAIL_DIR, WORKDIR
     from trunner.worker import locate_worker
 
     backend = LinuxBackend(locate_worker())
@@ -94,7 +94,8 @@ async def test_the_hashed_plan_is_the_plan_the_helper_gets(jail_root: Path) -> N
         await jail.release()
         os.rmdir(jail_dir)
     hashed = backend.rules_document(Limits())["plan"]
-    for key in ("rlimits", "unshare_flags", "seccomp_bpf", "unsafe_skip", "fail_at", "uid"):
+    for key in ("rlimits", "unshare_flags", "seccomp_bpf", "unsafe_skip", "fail_at", "uid",
+                "scratch", "staging", "hostname", "workdir"):
         assert list(map(tuple, sent[key])) == list(map(tuple, hashed[key])) if key == "rlimits" \
             else sent[key] == hashed[key], key
     assert sent["process_limit"][::2] == hashed["process_limit"][::2]
@@ -102,8 +103,12 @@ async def test_the_hashed_plan_is_the_plan_the_helper_gets(jail_root: Path) -> N
     rules = hashed["landlock"]
     assert (abi, fs, net, scoped) == (rules.abi, rules.handled_fs, rules.handled_net, rules.scoped)
     assert sorted(sent["env"]) == sorted(jail.command.env) == sorted(hashed["env"])
-    assert hashed["env"]["HOME"] == JAIL_DIR
-    assert {p: a for p, a, _ in paths}[jail_dir] == dict(rules.path_rules)[JAIL_DIR]
+    # The working dir is fixed (in the run's scratch): no per-run path is sent.
+    assert hashed["env"]["HOME"] == sent["workdir"] == WORKDIR
+    assert jail_dir not in repr(sent)
+    assert JAIL_DIR not in repr(hashed)
+    assert {p: a for p, a, _ in paths}[WORKDIR] == dict(rules.path_rules)[WORKDIR]
+    assert len(sent["root_ops"]) == len(hashed["root_ops"])
 
 
 @pytest.mark.parametrize("field", Limits.__struct_fields__)

@@ -13,7 +13,17 @@ import trio
 import trio.testing
 
 from conftest import child_pids, watch_children
-from support import fails, group_alive, ignores, is_alive, is_jailed, wait_jailed, wait_status
+from support import (
+    fails,
+    group_alive,
+    ignores,
+    is_alive,
+    is_jailed,
+    pid_namespace_members,
+    wait_jail_pid,
+    wait_jailed,
+    wait_status,
+)
 from trunner import ExecResult, Limits, Reason, Result, Runner, RunnerError
 from trunner.protocol import encode_frame
 
@@ -100,7 +110,9 @@ async def test_deadline_sigkills_a_running_child_that_ignores_sigterm(runner: Ru
 
     async def watch_it_ignore_sigterm() -> None:
         await watch_children(seen)
-        await wait_status(seen[0], lambda s: is_jailed(s) and ignores(s, signal.SIGTERM))
+        jail = await wait_jail_pid(seen[0])  # the helper's child in the PID namespace
+        seen.append(jail)
+        await wait_status(jail, lambda s: is_jailed(s) and ignores(s, signal.SIGTERM))
         ignoring.append(seen[0])
 
     start = trio.current_time()
@@ -137,10 +149,9 @@ async def test_output_of_exactly_the_cap_succeeds(runner: Runner) -> None:
 
 
 async def test_grandchild_holding_stdout_is_killed_after_clean_exit(runner: Runner) -> None:
-    result: Result[int] = await runner.run("children:grandchild_holds_stdout")
-    grandchild = result.response
-    assert isinstance(grandchild, int)
-    assert not is_alive(grandchild)
+    result: Result[str] = await runner.run("children:grandchild_holds_stdout")
+    assert result.response.startswith("pid:[")
+    assert pid_namespace_members(result.response) == []
 
 
 async def test_caller_cancellation_kills_group_and_removes_jail(

@@ -28,13 +28,24 @@ PROCESS_COUNT_EXIT = 122
 #: The helper's report pipe (write end), passed by the parent.
 REPORT_FD = 3
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 2
+PLAN_VERSION = 3
 #: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
 #: version). Nothing else is ever skipped.
-SKIPPABLE = ("process_limit", "rlimits", "namespaces", "capabilities", "landlock",
-             "parent_death", "seccomp")
+#: (Not the namespaces: the jail's root, which Landlock's paths name, is
+#: built in them.)
+SKIPPABLE = ("process_limit", "rlimits", "capabilities", "landlock", "parent_death", "seccomp")
+#: What the helper writes on the report pipe, before dying of the same
+#: signal, when the jail died of SIGSYS: the jail's host pid, for the kernel
+#: log's seccomp record. Not a refusal (the parent strips it).
+JAIL_PID_NOTE = b"\0jail-pid "
+#: Steps that run in the jail's pid 2 (after the fork), in order.
+JAIL_STEPS = ("root", "capabilities", "descriptors", "no_new_privs", "landlock", "seccomp")
 
 _SIGKILL = 9  # literal: importing signal costs the helper ~1 ms
+_CLONE_NEWNS = 0x00020000
+_SIGSTOP = 19
+_SIGSYS = 31
+_SCOPE_SIGNAL = 2  # landlock.SCOPE_SIGNAL
 _S_IFMT = 0o170000
 _S_IFIFO = 0o010000
 _RLIMIT_NPROC = 6
@@ -55,6 +66,7 @@ def main(argv: "list[str]") -> "NoReturn":
         plan, adapter = _read_plan(argv)
         skip = plan["unsafe_skip"]
         steps: list[tuple[Any, ...]] = [
+            # In the helper (host pid namespace):
             # 1. env: check first, nothing else depends on it.
             ("env", _check_env, plan["env"]),
             # 2. process limit: needs the host's view (real root for the
@@ -62,19 +74,31 @@ def main(argv: "list[str]") -> "NoReturn":
             ("process_limit", _limit_processes, plan["process_limit"]),
             # 3. rlimits before unshare.
             ("rlimits", _set_rlimits, plan["rlimits"]),
-            # 4. namespaces; 5. capabilities dropped inside them.
+            # 4. every namespace in one unshare (the new user namespace owns
+            #    the others), the ids mapped.
             ("namespaces", _unshare, plan["unshare_flags"], plan["uid"], plan["gid"]),
-            ("capabilities", _drop_capabilities),
-            # 6. descriptors: after every step that opens files.
-            ("descriptors", _close_inherited_fds),
-            # 7. NO_NEW_PRIVS, required by Landlock and seccomp as non-root.
-            ("no_new_privs", _install().set_no_new_privs),
-            # 8. Landlock (its syscalls must not be filtered yet).
-            ("landlock", _restrict_filesystem, plan["landlock"]),
-            # 9. parent-death signal after the last credential change (a
-            #    change of credentials clears it), then re-check the parent.
+            # 5. parent-death signal after the helper's last credential change
+            #    (a change of credentials clears it), then re-check the parent.
             ("parent_death", _die_with_parent, plan["parent_pid"]),
-            # 10. seccomp last: after it only the allow-list runs, then exec.
+            # 6. fork pid 1 (a reaper) and pid 2 of the new PID namespace; the
+            #    helper stays outside, confined, waits for pid 2 and forwards
+            #    its exit status. Only pid 2 returns from this step.
+            ("pid_namespace", _enter_pid_namespace, plan["seccomp_bpf"], plan["landlock"]),
+            # In pid 2:
+            # 7. the root: built while the host's tree (and its /proc, which a
+            #    fresh proc mount needs) is still visible, then pivoted into.
+            ("root", _build_root, plan["unshare_flags"], plan["staging"], plan["scratch"],
+             plan["root_ops"], plan["hostname"], plan["workdir"]),
+            # 8. capabilities dropped, inside every namespace.
+            ("capabilities", _drop_capabilities),
+            # 9. descriptors: after every step that opens files.
+            ("descriptors", _close_inherited_fds),
+            # 10. NO_NEW_PRIVS, required by Landlock and seccomp as non-root.
+            ("no_new_privs", _install().set_no_new_privs),
+            # 11. Landlock on the jail's own paths (its syscalls must not be
+            #     filtered yet).
+            ("landlock", _restrict_filesystem, plan["landlock"]),
+            # 12. seccomp last: after it only the allow-list runs, then exec.
             ("seccomp", _install().install_seccomp, plan["seccomp_bpf"]),
         ]
         fail_at = plan["fail_at"]
@@ -126,8 +150,9 @@ def _read_plan(argv: "list[str]") -> "tuple[dict[str, Any], list[str]]":
     return plan, argv[3:]
 
 
-_KEYS = ("env", "process_limit", "rlimits", "unshare_flags", "uid", "gid", "landlock",
-         "parent_pid", "seccomp_bpf", "unsafe_skip", "fail_at")
+_KEYS = ("env", "process_limit", "rlimits", "unshare_flags", "uid", "gid", "root_ops",
+         "scratch", "staging", "hostname", "workdir", "landlock", "parent_pid", "seccomp_bpf",
+         "unsafe_skip", "fail_at")
 
 
 def _apply(name: str, fn: "Any", *args: "Any") -> None:  # noqa: ANN401 (no typing here)
@@ -243,14 +268,164 @@ def _set_rlimits(rlimits: "list[tuple[int, int, int]]") -> None:
 
 def _unshare(flags: int, uid: int, gid: int) -> None:
     install = _install()
-    install.unshare(flags)
+    install.unshare(flags & ~_CLONE_NEWNS)  # the mount namespace: pid 2's alone
     install.map_ids(uid, gid)
 
 
+_LAST_CAP: "list[int]" = []
+
+
+def _last_cap() -> int:
+    if not _LAST_CAP:
+        with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
+            _LAST_CAP.append(int(f.read()))
+    return _LAST_CAP[0]
+
+
 def _drop_capabilities() -> None:
-    with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
-        last = int(f.read())
-    _install().drop_capabilities(last)
+    _install().drop_capabilities(_last_cap())
+
+
+def _enter_pid_namespace(bpf: bytes, ruleset: "tuple[Any, ...]") -> None:
+    """Fork pid 1 of the PID namespace the helper unshared; pid 1 forks
+    pid 2, the jail; only pid 2 returns. Pid 1 reaps every orphan, hands pid
+    2's end to the helper and is then killed, which makes the kernel kill
+    (and pid 1 reap) whatever is left inside: nothing of the jail outlives
+    it. Pid 1 dies with the helper (parent-death signal), the helper with
+    the group."""
+    # Checked here, or a malformed item would first fail in pid 1.
+    if type(bpf) is not bytes:
+        raise SetupError(f"seccomp: malformed plan item (TypeError: {type(bpf).__name__})")
+    if type(ruleset) not in (list, tuple) or len(ruleset) != 6:
+        raise SetupError("landlock: malformed plan item (TypeError)")
+    _last_cap()
+    proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    ends, done = os.pipe2(os.O_CLOEXEC)
+    init = os.fork()
+    if init == 0:
+        os.close(ends)
+        os.close(proc)
+        jail = os.fork()
+        if jail == 0:
+            return  # pid 2: on with the chain (the descriptors step closes `done`)
+        _run_init(done, bpf, ruleset)
+    os.close(done)
+    _wait_and_forward(init, ends, proc, bpf)
+
+
+def _confine_self(bpf: bytes, ruleset: "tuple[Any, ...] | None") -> None:
+    """What pid 1 and the waiting helper keep of the jail: no capabilities,
+    NO_NEW_PRIVS, the seccomp filter (pid 1 also a Landlock ruleset that
+    grants nothing; signals unscoped, the helper must kill it)."""
+    install = _install()
+    install.drop_capabilities(_last_cap())
+    install.set_no_new_privs()
+    if ruleset is not None:
+        abi, fs, net, scoped, _paths, _ports = ruleset
+        install.restrict_filesystem(abi, fs, net, scoped & ~_SCOPE_SIGNAL, [], [])
+    install.install_seccomp(bpf)
+
+
+def _run_init(done: int, bpf: bytes, ruleset: "tuple[Any, ...]") -> "NoReturn":
+    """Pid 1 of the jail: holds no descriptor of the run, reaps orphans,
+    writes pid 2's end ("CODE STATUS" of waitid) on `done`, then blocks
+    until killed (pid 2 stays a zombie, for the helper to name)."""
+    try:
+        _install().set_parent_death_signal(_SIGKILL)
+        os.dup2(done, 0)
+        os.close(done)
+        os.close(1)
+        os.close(2)
+        _install().close_from(REPORT_FD + 1)
+        block, _hold = os.pipe()  # read forever: this process holds the write end
+        _confine_self(bpf, ruleset)
+        os.close(REPORT_FD)
+    except BaseException as e:
+        _fail(SetupError(f"pid_namespace: pid 1: {type(e).__name__}: {e}"))
+    while True:
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        if info is None:
+            continue
+        if info.si_pid == 2:
+            os.write(0, b"%d %d" % (info.si_code, info.si_status))
+            while True:
+                os.read(block, 1)
+        os.waitpid(info.si_pid, 0)
+
+
+_CLD_EXITED = 1
+
+
+def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes) -> "NoReturn":
+    """The helper, once pid 1 is forked: confine itself, learn how pid 2
+    ended, end the namespace, leave with pid 2's exit code or die of its
+    signal."""
+    try:
+        for fd in (0, 1, 2):  # the jail's pipes are the jail's alone
+            os.close(fd)
+        _confine_self(bpf, None)
+    except BaseException as e:
+        os.kill(init, _SIGKILL)
+        _fail(SetupError(f"pid_namespace: helper: {type(e).__name__}: {e}"))
+    end = os.read(ends, 64)  # one atomic write, or EOF when pid 1 died first
+    jail = 0
+    if end:
+        code, value = map(int, end.split())
+        if code != _CLD_EXITED and value == _SIGSYS:
+            jail = _host_pid_of_pid_2(proc, init)
+    os.kill(init, _SIGKILL)  # the kernel kills (and pid 1 reaps) what is left
+    _, status = os.waitpid(init, 0)
+    if not end:  # pid 1 died first (killed): its end is the jail's
+        code = _CLD_EXITED if os.WIFEXITED(status) else 2
+        value = os.waitstatus_to_exitcode(status)
+        value = value if value >= 0 else -value
+    if code == _CLD_EXITED:
+        os.close(REPORT_FD)
+        os._exit(value)
+    if jail:
+        os.write(REPORT_FD, JAIL_PID_NOTE + b"%d" % jail)
+    os.close(REPORT_FD)
+    if value not in (_SIGKILL, _SIGSTOP):
+        import signal  # only on this path: ~1 ms
+
+        signal.signal(value, signal.SIG_DFL)
+    os.kill(os.getpid(), value)
+    os._exit(128 + value)  # a signal whose default is not to terminate
+
+
+def _host_pid_of_pid_2(proc: int, init: int) -> int:
+    """Pid 2's host pid (for the kernel log's seccomp record): the child of
+    pid 1 whose NSpid ends in 2. 0 when it cannot be read."""
+    try:
+        fd = os.open(f"{init}/task/{init}/children", os.O_RDONLY, dir_fd=proc)
+        try:
+            children = os.read(fd, 4096).split()
+        finally:
+            os.close(fd)
+        for child in children:
+            fd = os.open(f"{int(child)}/status", os.O_RDONLY, dir_fd=proc)
+            try:
+                status = os.read(fd, 4096)
+            finally:
+                os.close(fd)
+            for line in status.split(b"\n"):
+                if line.startswith(b"NSpid:") and line.split()[-1] == b"2":
+                    return int(child)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _build_root(flags: int, staging: str, scratch: "tuple[int, int, int]",
+                ops: "list[tuple[str, str, str, int]]", hostname: str, workdir: str) -> None:
+    from trunner.linux import mounts
+
+    if not flags & _CLONE_NEWNS:
+        raise SetupError("root: the plan has no mount namespace")
+    # Only pid 2 enters the new mount namespace: the helper keeps the host's
+    # /proc, where it names pid 2 after a seccomp kill.
+    _install().unshare(_CLONE_NEWNS)
+    mounts.build_root(staging, scratch, ops, hostname, workdir)
 
 
 def _close_inherited_fds() -> None:

@@ -32,6 +32,9 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     processes: Annotated[int, Meta(ge=1, le=4096)] = 32
     open_files: Annotated[int, Meta(ge=16, le=65536)] = 256
     file_size_bytes: Annotated[int, Meta(ge=0, le=2**46)] = 64 * MiB
+    #: The run's one scratch tmpfs (working dir, /tmp, /dev/shm). tmpfs pages
+    #: are memory, not disk: this much RAM (or swap) per run at most.
+    scratch_bytes: Annotated[int, Meta(ge=1 * MiB, le=2**40)] = 256 * MiB
 
     def __post_init__(self) -> None:
         # Meta constraints are only checked on decode/convert; check here too so

@@ -128,5 +128,6 @@ async def supervise(
             result.exit_code = os.waitstatus_to_exitcode(child.reap())
             await child.wait_group_gone()
             result.report = child.read_report()
+            result.pid = child.jail_pid or child.pid  # whose kernel-log records count
             await child.aclose_streams()
     return result

@@ -38,8 +38,9 @@ class JailProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """
 
     name: str
-    #: Namespaces the helper unshares: "user" always (a plan without it is
-    #: refused); "net" unless the profile needs the host network (provider).
+    #: Namespaces the helper unshares: user, mount, pid, ipc and uts always
+    #: (a plan without one is refused); "net" unless the profile needs the
+    #: host network (provider).
     namespaces: tuple[str, ...]
     read_exec: tuple[str, ...]
     read_only: tuple[str, ...]
@@ -57,11 +58,15 @@ class JailProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 DEFAULT_PROFILE: Final = JailProfile(
     name="default",
-    namespaces=("net", "user"),
+    namespaces=("ipc", "mount", "net", "pid", "user", "uts"),
+    # Host paths: bound read-only into the jail's root, and granted again by
+    # Landlock on top. /dev, /etc, /proc, /tmp and the working dir are the
+    # jail's own (built by the helper: see `trunner.linux.plan.root_ops`);
+    # naming them here grants Landlock rights on the built ones.
     read_exec=("/bin", "/lib", "/lib64", "/sbin", "/usr", PYTHON_PATHS, TRUNNER_PATH),
-    # /proc/self resolves in the helper to its own pid dir, which the adapter
-    # keeps across exec; /etc/ld.so.cache spares every process a library hunt.
-    read_only=("/dev/urandom", "/dev/zero", "/etc/ld.so.cache", "/proc/self"),
+    # /proc is the jail's own (its PID namespace only, sensitive entries
+    # masked); /etc holds only the short list the helper binds.
+    read_only=("/dev/full", "/dev/random", "/dev/urandom", "/dev/zero", "/etc", "/proc"),
     read_write=("/dev/null",),
     tcp_connect_ports=(),
     provider_hosts=(),
@@ -84,7 +89,7 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 class _Template(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # What the provider template must contain once filled.
     name: str
-    namespaces: list[Literal["user", "net"]]
+    namespaces: list[Literal["ipc", "mount", "net", "pid", "user", "uts"]]
     tcp_connect_ports: list[Port]
     provider_hosts: list[str]
     extra_read_only: list[str]

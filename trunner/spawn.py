@@ -26,6 +26,7 @@ import outcome
 import trio
 
 from trunner.errors import Reason, RunnerError
+from trunner.helper import JAIL_PID_NOTE
 from trunner.linux import watchdog
 
 if TYPE_CHECKING:
@@ -69,6 +70,9 @@ class Child:
     report: int
     _popen: subprocess.Popen[bytes]
     wait_status: int | None = None
+    #: The jail's own host pid (the helper's child in the PID namespace),
+    #: when the helper noted it on the report pipe (a seccomp death).
+    jail_pid: int | None = None
 
     async def wait_exit(self) -> None:
         """Wait until the leader exits, without reaping it."""
@@ -121,6 +125,9 @@ class Child:
             pass  # a writer is left (impossible once reaped): no report
         finally:
             os.close(self.report)
+        if data.startswith(JAIL_PID_NOTE):  # a note, not a refusal
+            note, _, data = data.partition(b"\n")
+            self.jail_pid = int(note[len(JAIL_PID_NOTE):])
         return data.decode(errors="replace") if data else None
 
     async def aclose_streams(self) -> None:

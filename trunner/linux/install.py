@@ -11,9 +11,9 @@ import os
 
 # Syscall numbers: x86_64, and the generic table (aarch64) where they differ.
 _NR = {
-    "x86_64": {"capset": 126, "close_range": 436, "landlock_create_ruleset": 444,
+    "x86_64": {"capset": 126, "pivot_root": 155, "close_range": 436, "landlock_create_ruleset": 444,
                "landlock_add_rule": 445, "landlock_restrict_self": 446},
-    "aarch64": {"capset": 91, "close_range": 436, "landlock_create_ruleset": 444,
+    "aarch64": {"capset": 91, "pivot_root": 41, "close_range": 436, "landlock_create_ruleset": 444,
                 "landlock_add_rule": 445, "landlock_restrict_self": 446},
 }
 _PR_SET_PDEATHSIG = 1
@@ -83,6 +83,12 @@ def write_file(path: str, data: bytes) -> None:
 
 def unshare(flags: int) -> None:
     _check(libc().unshare(ctypes.c_int(flags)), f"unshare({flags:#x})")
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    new, old = ctypes.c_char_p(os.fsencode(new_root)), ctypes.c_char_p(os.fsencode(put_old))
+    _check(int(libc().syscall(ctypes.c_long(_nr("pivot_root")), new, old)),
+           f"pivot_root({new_root}, {put_old})")
 
 
 def map_ids(uid: int, gid: int) -> None:

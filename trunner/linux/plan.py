@@ -33,10 +33,54 @@ if TYPE_CHECKING:
 JAIL_DIR: Final = "@jail"
 CGROUP: Final = "@cgroup"
 
+_CLONE_NEWNS: Final = 0x00020000
+_CLONE_NEWUTS: Final = 0x04000000
+_CLONE_NEWIPC: Final = 0x08000000
 _CLONE_NEWUSER: Final = 0x10000000
+_CLONE_NEWPID: Final = 0x20000000
 _CLONE_NEWNET: Final = 0x40000000
-_NAMESPACE_FLAGS: Final = {"user": _CLONE_NEWUSER, "net": _CLONE_NEWNET}
+_NAMESPACE_FLAGS: Final = {"user": _CLONE_NEWUSER, "net": _CLONE_NEWNET, "mount": _CLONE_NEWNS,
+                           "pid": _CLONE_NEWPID, "ipc": _CLONE_NEWIPC, "uts": _CLONE_NEWUTS}
+#: Namespaces every jail has (the provider profile only shares the network).
+REQUIRED_NAMESPACES: Final = ("ipc", "mount", "pid", "user", "uts")
 _PATH: Final = "/usr/local/bin:/usr/bin:/bin"
+
+#: The working dir inside the jail (cwd, HOME, TMPDIR): fixed, so a run's
+#: paths and outputs do not depend on where the host keeps its jail dirs.
+WORKDIR: Final = "/home/trunner"
+#: The jail's hostname (its own UTS namespace).
+HOSTNAME: Final = "trunner"
+#: Where the helper mounts its staging tmpfs, in its own mount namespace
+#: (bubblewrap's base path): an existing host dir, hidden only from the jail.
+STAGING: Final = "/tmp"
+#: What the jail's /etc holds of the host's, when the host has it: the
+#: loader's cache, time zone, name-service and TLS configuration. Never
+#: /etc whole: no shadow, no ssh keys, no host passwd.
+ETC_FILES: Final = (
+    "/etc/alternatives", "/etc/ca-certificates", "/etc/ca-certificates.conf",
+    "/etc/crypto-policies",
+    "/etc/gai.conf", "/etc/host.conf", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+    "/etc/localtime", "/etc/mime.types", "/etc/networks", "/etc/nsswitch.conf", "/etc/os-release",
+    "/etc/pki", "/etc/protocols", "/etc/services", "/etc/ssl", "/etc/timezone",
+)
+#: Device nodes bound from the host's /dev (bubblewrap's `--dev` list).
+DEV_NODES: Final = ("full", "null", "random", "tty", "urandom", "zero")
+#: /proc entries made read-only (runc's readonlyPaths).
+PROC_READ_ONLY: Final = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+#: /proc entries hidden (runc's maskedPaths): /dev/null over files, an empty
+#: read-only tmpfs over directories.
+PROC_MASKED: Final = (
+    "/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+    "/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+    "/proc/timer_stats",
+)
+#: Paths the jail builds itself; a profile naming them means the built one.
+#: (Host paths inside /tmp or /etc are bound there.)
+_BUILT: Final = ("/dev", "/etc", "/proc", "/tmp", WORKDIR)
+_WRITABLE: Final = 1  # mounts.WRITABLE
+_DEVICE: Final = 2  # mounts.DEVICE
+
+RootOp = tuple[str, str, str, int]
 
 
 class HelperPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -52,6 +96,14 @@ class HelperPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     unshare_flags: int
     uid: int
     gid: int
+    #: The jail's root, built by `trunner.linux.mounts.build_root`:
+    #: (operation, source or content, path inside, mode or flags).
+    root_ops: tuple[RootOp, ...]
+    #: The run's scratch tmpfs: (bytes, inodes, 0); holds WORKDIR, /tmp, /dev/shm.
+    scratch: tuple[int, int, int]
+    staging: str
+    hostname: str
+    workdir: str
     landlock: landlock.LandlockRuleset
     parent_pid: int
     seccomp_bpf: bytes
@@ -77,7 +129,7 @@ def environment(
     jail_dir: str, names: Sequence[str], import_paths: Sequence[str] = ()
 ) -> dict[str, str]:
     """The whole environment of a jailed process: nothing is inherited."""
-    known = {"PATH": _PATH, "HOME": jail_dir, "TMPDIR": jail_dir, "LANG": "C.UTF-8"}
+    known = {"PATH": _PATH, "HOME": WORKDIR, "TMPDIR": WORKDIR, "LANG": "C.UTF-8"}
     env = {name: known[name] for name in names}
     if import_paths:
         env["PYTHONPATH"] = os.pathsep.join(import_paths)
@@ -87,6 +139,11 @@ def environment(
 def trunner_dir() -> str:
     """The directory trunner is imported from."""
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def package_dir() -> str:
+    """trunner's own package directory: the only part of a checkout the jail sees."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def python_paths() -> tuple[str, ...]:
@@ -104,10 +161,80 @@ def resolve_paths(paths: Sequence[str]) -> list[str]:
         if path == PYTHON_PATHS:
             out += python_paths()
         elif path == TRUNNER_PATH:
-            out.append(trunner_dir())
+            out.append(package_dir())
         elif os.path.exists(path):
             out.append(path)
     return out
+
+
+def _outermost(paths: Sequence[str]) -> list[str]:
+    """Sorted, with every path inside another one dropped (one bind covers it)."""
+    out: list[str] = []
+    for path in sorted({os.path.normpath(p) for p in paths}):
+        if not any(path == kept or path.startswith(kept.rstrip("/") + "/") for kept in out):
+            out.append(path)
+    return out
+
+
+def _is_built(path: str) -> bool:
+    return path in _BUILT or path.startswith(("/dev/", "/proc/"))
+
+
+def _identity(uid: int, gid: int) -> tuple[str, str]:
+    """/etc/passwd and /etc/group of the jail: its own user and nobody."""
+    name = "root" if uid == 0 else "trunner"
+    group = "root" if gid == 0 else "trunner"
+    passwd = f"{name}:x:{uid}:{gid}:{name}:{WORKDIR}:/bin/sh\n"
+    groups = f"{group}:x:{gid}:\n"
+    if uid != 65534:
+        passwd += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    if gid != 65534:
+        groups += "nogroup:x:65534:\n"
+    return passwd, groups
+
+
+def root_ops(binds: Sequence[str], uid: int, gid: int) -> tuple[RootOp, ...]:
+    """The operations that build the jail's root: scratch dirs first (binds
+    may land inside /tmp), then read-only binds of `binds` (host paths; a
+    symlink such as /bin -> usr/bin is recreated, its target bound), the
+    short /etc, the synthesized identity files, /dev and a fresh /proc."""
+    ops: list[RootOp] = [
+        ("scratch", "work", WORKDIR, 0o700),
+        ("scratch", "tmp", "/tmp", 0o1777),
+        ("scratch", "shm", "/dev/shm", 0o1777),
+    ]
+    links: list[RootOp] = []
+    real: list[str] = []
+    for path in binds:
+        if os.path.islink(path):
+            links.append(("symlink", os.readlink(path), path, 0))
+            real.append(os.path.realpath(path))
+        else:
+            real.append(path)
+    ops += [("bind", path, path, 0) for path in _outermost(real)]
+    ops += links
+    ops.append(("dir", "", "/etc", 0o755))
+    for path in ETC_FILES:
+        if os.path.islink(path):
+            ops.append(("symlink", os.readlink(path), path, 0))
+        elif os.path.exists(path):
+            ops.append(("bind", path, path, 0))
+    passwd, group = _identity(uid, gid)
+    ops += [
+        ("file", passwd, "/etc/passwd", 0o644),
+        ("file", group, "/etc/group", 0o644),
+        ("file", f"127.0.0.1 localhost\n::1 localhost\n127.0.1.1 {HOSTNAME}\n", "/etc/hosts",
+         0o644),
+        ("file", HOSTNAME + "\n", "/etc/hostname", 0o644),
+    ]
+    ops += [("bind", f"/dev/{name}", f"/dev/{name}", _WRITABLE | _DEVICE) for name in DEV_NODES]
+    ops += [("symlink", "/proc/self/fd", "/dev/fd", 0)]
+    ops += [("symlink", f"/proc/self/fd/{fd}", f"/dev/{name}", 0)
+            for fd, name in enumerate(("stdin", "stdout", "stderr"))]
+    ops.append(("proc", "", "/proc", 0))
+    ops += [("read_only", "", path, 0) for path in PROC_READ_ONLY]
+    ops += [("mask", "", path, 0) for path in PROC_MASKED]
+    return tuple(ops)
 
 
 def plan_jail(
@@ -141,17 +268,28 @@ def plan_jail(
     flags = 0
     for name in profile.namespaces:
         flags |= _NAMESPACE_FLAGS[name]
-    if not flags & _CLONE_NEWUSER:
-        raise ValueError("a jail always has its own user namespace")
+    missing = [name for name in REQUIRED_NAMESPACES if name not in profile.namespaces]
+    if missing:
+        raise ValueError(f"a jail always has its own {', '.join(missing)} namespace")
     unknown = sorted(set(unsafe_skip) - set(SKIPPABLE))
     if unknown:
         raise ValueError(f"cannot skip {unknown}")
     abi = min(host.landlock_abi if landlock_abi is None else landlock_abi, landlock.KNOWN_ABI)
+    read_exec = resolve_paths(profile.read_exec)
+    read_only = [*resolve_paths(profile.read_only), *import_paths]
+    binds_ro = [p for p in [*read_exec, *read_only] if not _is_built(p)]
+    if TRUNNER_PATH in profile.read_exec:
+        # Its parent, on sys.path, must be listable; in the jail it holds
+        # only mount points (the package, a venv), never the checkout.
+        read_only.append(os.path.dirname(package_dir()))
+    read_write = [WORKDIR, "/tmp", "/dev/shm", *resolve_paths(profile.read_write)]
+    binds = [*binds_ro, *(p for p in read_write if not _is_built(p))]
+    # Landlock stays on top of the binds, on the paths as the jail sees them.
     ruleset = landlock.plan_ruleset(
         abi,
-        read_exec=resolve_paths(profile.read_exec),
-        read_only=[*resolve_paths(profile.read_only), *import_paths],
-        read_write=[jail_dir, *resolve_paths(profile.read_write)],
+        read_exec=read_exec,
+        read_only=read_only,
+        read_write=read_write,
         connect_tcp_ports=profile.tcp_connect_ports,
     )
     env = environment(jail_dir, profile.environment, import_paths)
@@ -162,6 +300,11 @@ def plan_jail(
         unshare_flags=flags,
         uid=host.uid,
         gid=host.gid,
+        root_ops=root_ops(binds, host.uid, host.gid),
+        scratch=(limits.scratch_bytes, max(1024, limits.scratch_bytes // 4096), 0),
+        staging=STAGING,
+        hostname=HOSTNAME,
+        workdir=WORKDIR,
         landlock=ruleset,
         parent_pid=parent_pid,
         seccomp_bpf=seccomp.build_bpf(profile.seccomp),
@@ -186,12 +329,21 @@ def hashed_plan(plan: HelperPlan, env: Mapping[str, str], jail_dir: str) -> dict
     names.update((path, PYTHON_PATHS) for path in python_paths())
 
     def name(value: object) -> object:
-        return names.get(value, value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        if value in names:
+            return names[value]
+        for path, placeholder in names.items():  # inside an install location
+            if value.startswith(path.rstrip("/") + "/"):
+                return placeholder + value[len(path.rstrip("/")):]
+        return value
 
     rules = plan.landlock
     path_rules = sorted({(name(path), access) for path, access in rules.path_rules})
     data: dict[str, Any] = msgspec.structs.asdict(plan)
     data["landlock"] = msgspec.structs.replace(rules, path_rules=tuple(path_rules))
+    data["root_ops"] = [(op, name(a) if op == "bind" else a, name(b), n)
+                        for op, a, b, n in plan.root_ops]
     if plan.process_limit[0] == "pids_cgroup":
         data["process_limit"] = ("pids_cgroup", CGROUP, plan.process_limit[2])
     data["parent_pid"] = 0

@@ -1,0 +1,276 @@
+"""The jail's own world: mount, PID, IPC and UTS namespaces, a minimal root
+pivoted into, a size-capped scratch. Each escape test runs a real jailed
+child and asserts the errno and the missing side effect on the host."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+import pytest
+from test_helper import PlanEditing, refusal, runner_on
+
+from support import denied, run_code, syscall_denied
+from trunner import Limits, Reason, Runner
+from trunner.limits import MiB
+from trunner.linux.plan import WORKDIR, HelperPlan
+from trunner.worker import locate_worker
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+def pid_namespace_members(ns: str) -> list[int]:
+    """Host pids whose PID namespace is `ns` (e.g. 'pid:[4026532…]')."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == ns:
+                    out.append(int(name))
+            except OSError:
+                continue  # gone, or a kernel thread
+    return out
+
+
+# -- /proc and the PID namespace ------------------------------------------------
+
+
+async def test_proc_lists_only_the_jails_processes(runner: Runner) -> None:
+    result = await run_code(runner, """
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.read(r, 1)
+            os._exit(0)
+        result = {"pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+                  "me": os.getpid(), "child": child, "parent": os.getppid()}
+        os.write(w, b"x")
+        os.waitpid(child, 0)
+    """)
+    # pid 1 is the jail's reaper (and the adapter's parent), 2 the adapter.
+    assert result == {"pids": [1, 2, result["child"]], "me": 2, "child": result["child"],
+                      "parent": 1}
+    assert str(os.getpid()) not in map(str, result["pids"]) or os.getpid() <= 3
+
+
+async def test_no_host_process_is_visible_or_signalable(runner: Runner) -> None:
+    me = os.getpid()
+    result = await run_code(runner, f"""
+        result = [attempt(lambda: os.stat("/proc/{me}")),
+                  attempt(lambda: os.kill({me}, 0)),
+                  attempt(lambda: os.kill(1, 9))]
+    """)
+    # kill(1, SIGKILL) from inside: pid 1 takes only signals it handles.
+    assert result[:2] == ["ENOENT", "ESRCH"]
+    assert result[2] in ("OK:None", "EPERM")
+
+
+@pytest.mark.parametrize("path", ["/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches",
+                                  "/proc/sys/kernel/core_pattern"])
+async def test_writes_to_proc_sys_fail(runner: Runner, path: str) -> None:
+    before = os.stat(path).st_mtime_ns
+    result = await run_code(runner, f"result = attempt(lambda: open({path!r}, 'w').write('1'))")
+    assert result in ("EROFS", "EACCES")
+    assert os.stat(path).st_mtime_ns == before
+
+
+async def test_masked_proc_entries_show_nothing(runner: Runner) -> None:
+    result = await run_code(runner, """
+        out = {}
+        for p in ("/proc/keys", "/proc/timer_list", "/proc/interrupts", "/proc/kcore"):
+            out[p] = attempt(lambda: open(p, "rb").read(100))
+        result = out
+    """)
+    for path, got in result.items():
+        assert got in ("OK:b''", "ENOENT", "EACCES"), (path, got)
+
+
+async def test_the_jail_is_gone_when_run_returns(runner: Runner) -> None:
+    """A double fork (an orphan of pid 1) and a plain child left running: the
+    kernel kills them when the namespace's pid 1 ends."""
+    ns = await run_code(runner, """
+        if os.fork() == 0:
+            if os.fork() == 0:
+                import time
+                time.sleep(1000)
+            os._exit(0)
+        if os.fork() == 0:
+            import time
+            time.sleep(1000)
+        os.wait()
+        result = os.readlink("/proc/self/ns/pid")
+    """)
+    assert ns.startswith("pid:[")
+    assert ns != os.readlink("/proc/self/ns/pid")
+    assert pid_namespace_members(ns) == []
+
+
+# -- the root -------------------------------------------------------------------
+
+
+async def test_the_host_tree_is_not_reachable(runner: Runner, tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("host")
+    result = await run_code(runner, f"""
+        p = {str(secret)!r}
+        result = [attempt(lambda: open(p).read()),
+                  attempt(lambda: open("/proc/self/root" + p).read()),
+                  attempt(lambda: open("/proc/1/root" + p).read()),
+                  attempt(lambda: os.stat("/oldroot")),
+                  attempt(lambda: os.stat("/newroot")),
+                  attempt(lambda: open("/etc/shadow").read()),
+                  attempt(lambda: os.stat("/root/.ssh")),
+                  attempt(lambda: os.stat("/sys/kernel")),
+                  attempt(lambda: os.stat("/var"))]
+    """)
+    assert result[:2] == ["ENOENT", "ENOENT"]
+    assert result[2] in ("ENOENT", "EACCES")  # pid 1's root: the same tree, ptrace-scoped
+    assert result[3:] == ["ENOENT"] * 6
+
+
+async def test_etc_holds_the_short_list_and_the_jails_identity(runner: Runner) -> None:
+    result = await run_code(runner, """
+        import pwd, grp, socket
+        me = pwd.getpwuid(os.getuid())
+        result = {"etc": sorted(os.listdir("/etc")), "passwd": open("/etc/passwd").read(),
+                  "home": me.pw_dir, "group": grp.getgrgid(os.getgid()).gr_gid,
+                  "hostname": socket.gethostname(), "hosts": open("/etc/hosts").read()}
+    """)
+    assert {"passwd", "group", "hosts", "hostname"} <= set(result["etc"])
+    assert not {"shadow", "gshadow", "ssh", "sudoers", "machine-id"} & set(result["etc"])
+    users = [line.split(":")[0] for line in result["passwd"].splitlines()]
+    assert len(users) <= 2
+    assert set(users) <= {"root", "trunner", "nobody"}
+    assert result["home"] == WORKDIR
+    assert result["hostname"] == "trunner"
+    assert "localhost" in result["hosts"]
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    ("libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)", "mount"),
+    ("libc.umount2(b'/usr', 2)", "umount2"),
+    ("libc.syscall(155, b'/tmp', b'/tmp')", "pivot_root"),
+])
+async def test_mount_umount_and_pivot_root_are_denied(runner: Runner, call: str, name: str) -> None:
+    await syscall_denied(runner, f"""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        {call}
+    """, name)
+
+
+async def test_binds_are_read_only_and_device_free(runner: Runner) -> None:
+    result = await run_code(runner, """
+        result = [attempt(lambda: open("/usr/trunner-probe", "w")),
+                  attempt(lambda: os.mkdir("/etc/x")),
+                  attempt(lambda: open("/etc/passwd", "a")),
+                  attempt(lambda: os.mkdir("/x"))]
+    """)
+    assert all(r in ("EROFS", "EACCES") for r in result), result
+    assert not os.path.exists("/usr/trunner-probe")
+
+
+async def test_no_part_of_the_checkout_but_the_package(runner: Runner) -> None:
+    root = Path(__file__).resolve().parent.parent
+    result = await run_code(runner, f"""
+        r = {str(root)!r}
+        result = [attempt(lambda: os.stat(r + "/pyproject.toml")),
+                  attempt(lambda: os.stat(r + "/.git")),
+                  attempt(lambda: os.stat(r + "/trunner/helper.py") and 1)]
+    """)
+    assert result[:2] == ["ENOENT", "ENOENT"]
+    assert result[2] == "OK:1"
+
+
+# -- scratch ----------------------------------------------------------------------
+
+
+def _free_bytes() -> int:
+    st = os.statvfs(os.path.dirname(os.path.abspath(__file__)))
+    return st.f_bavail * st.f_frsize
+
+
+async def test_scratch_is_capped_shared_and_on_no_host_disk(runner: Runner,
+                                                            jail_root: Path) -> None:
+    limits = runner.limits.replace(scratch_bytes=8 * MiB)
+    before = _free_bytes()
+    result = await run_code(runner, """
+        def fill(path, n):
+            with open(path, "wb") as f:
+                for _ in range(n):
+                    f.write(b"x" * (1 << 20))
+                    f.flush()
+        result = [attempt(lambda: fill("/tmp/a", 5)),
+                  attempt(lambda: fill("/dev/shm/b", 5)),
+                  attempt(lambda: fill("big", 50))]
+    """, limits=limits)
+    assert result[0] == "OK:None"
+    assert result[1:] == ["ENOSPC", "ENOSPC"]  # one cap for /tmp, /dev/shm and the working dir
+    assert abs(_free_bytes() - before) < 4 * MiB  # nothing landed on the host's disk
+    assert list(jail_root.glob("*/*")) == []
+
+
+async def test_scratch_does_not_survive_the_run(runner: Runner) -> None:
+    code = """
+        result = sorted(os.listdir(".")) + sorted(os.listdir("/tmp"))
+        open("left-behind", "w").write("x")
+        open("/tmp/left-behind", "w").write("x")
+    """
+    assert await run_code(runner, code) == []
+    assert await run_code(runner, code) == []
+
+
+async def test_working_dir_is_fixed(runner: Runner) -> None:
+    code = "result = [os.getcwd(), os.environ['HOME'], os.environ['TMPDIR']]"
+    result = await run_code(runner, code)
+    assert result == [WORKDIR] * 3
+
+
+# -- setup failures -------------------------------------------------------------
+
+
+def _edited(edit: Callable[[HelperPlan], HelperPlan]) -> PlanEditing:
+    cls = type("Edited", (PlanEditing,), {"edit": staticmethod(edit)})
+    backend: PlanEditing = cls(locate_worker())
+    return backend
+
+
+async def test_a_bind_that_cannot_be_made_fails_closed(jail_root: Path, tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    backend = _edited(lambda plan: msgspec.structs.replace(
+        plan, root_ops=(*plan.root_ops, ("bind", str(gone), str(gone), 0))))
+    e = await refusal(runner_on(jail_root, backend))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail.startswith(f"root: bind({gone}): No such file or directory"), e.detail
+
+
+async def test_an_unknown_root_operation_fails_closed(jail_root: Path) -> None:
+    backend = _edited(lambda plan: msgspec.structs.replace(
+        plan, root_ops=(*plan.root_ops, ("overlay", "", "/x", 0))))
+    e = await refusal(runner_on(jail_root, backend))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert "unknown root operation 'overlay'" in e.detail
+
+
+async def test_a_staging_dir_that_is_missing_fails_closed(jail_root: Path) -> None:
+    backend = _edited(lambda plan: msgspec.structs.replace(plan, staging="/nonexistent-stage"))
+    e = await refusal(runner_on(jail_root, backend))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail.startswith("root: mount(/nonexistent-stage)"), e.detail
+
+
+async def test_exit_status_is_forwarded_unchanged(runner: Runner) -> None:
+    e = await denied(runner, "os._exit(121)")
+    assert (e.reason, e.exit_status) == (Reason.NONZERO_EXIT, 121)
+    e = await denied(runner, "import signal; signal.raise_signal(signal.SIGUSR1)")
+    assert (e.reason, e.signal) == (Reason.KILLED_BY_SIGNAL, 10)
+
+
+def test_scratch_bytes_is_validated() -> None:
+    assert Limits().scratch_bytes == 256 * MiB
+    with pytest.raises(msgspec.ValidationError):
+        Limits(scratch_bytes=1)
+

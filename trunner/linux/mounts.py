@@ -1,0 +1,195 @@
+"""Helper side: build the jail's root and pivot into it.
+
+Runs in the jail's first process (pid 2 of its new PID namespace, inside its
+new user and mount namespaces) between fork and exec. Imports only `os` and
+`trunner.linux.install` (ctypes). Every operation comes resolved from the
+parent (`plan.root_ops`); a refused one raises `OSError` naming the target,
+and nothing is left half-built to run in: the helper refuses the jail.
+
+Order (bubblewrap's `setup_newroot`): make every mount private, mount a
+fresh tmpfs on the staging dir and pivot into it with the old root at
+/oldroot, build /newroot from /oldroot paths (read-only binds, a size-capped
+scratch, a fresh /proc while the old one is still visible, a minimal /dev),
+remount /newroot read-only, detach /oldroot, pivot into /newroot and detach
+the staging tmpfs. Nothing of the host's tree is reachable afterwards.
+"""
+
+import ctypes
+import os
+
+from trunner.linux.install import _check, libc, pivot_root
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+MNT_DETACH = 2
+_ST_TO_MS = ((1, MS_RDONLY), (2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC),
+             (1024, MS_NOATIME), (2048, MS_NODIRATIME), (4096, MS_RELATIME))
+_S_IFMT = 0o170000
+_S_IFDIR = 0o040000
+
+#: Bind flags in a plan op.
+WRITABLE = 1
+DEVICE = 2
+
+OLD = "/oldroot"
+NEW = "/newroot"
+SCRATCH = "/scratch"
+
+
+def _b(text: str) -> bytes:
+    return os.fsencode(text)
+
+
+def mount(source: str, target: str, fstype: str, flags: int, data: str = "") -> None:
+    _check(libc().mount(_b(source) if source else None, _b(target),
+                        _b(fstype) if fstype else None, ctypes.c_ulong(flags),
+                        _b(data) if data else None), f"mount({target})")
+
+
+def umount(target: str, flags: int) -> None:
+    _check(libc().umount2(_b(target), ctypes.c_int(flags)), f"umount2({target})")
+
+
+def _mkdirs(path: str, mode: int = 0o755) -> None:
+    # os.makedirs would import stat-free helpers we do not need; walk ourselves.
+    parts = path.strip("/").split("/")
+    current = ""
+    for part in parts:
+        current += "/" + part
+        try:  # noqa: SIM105 (contextlib is one import too many for the helper)
+            os.mkdir(current, mode)
+        except FileExistsError:
+            pass
+
+
+def _touch(path: str, mode: int = 0o444) -> None:
+    _mkdirs(os.path.dirname(path))
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, mode))
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, path) from None
+
+
+def _bind(source: str, target: str, flags: int) -> None:
+    """Bind `source` (host path under /oldroot) on `target`, non-recursively
+    (a submount is not carried along, so none stays writable), then remount
+    it with its own flags kept and nosuid (+ nodev, + read-only) added."""
+    try:
+        st = os.stat(source)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, f"bind({source[len(OLD):]})") from None
+    if st.st_mode & _S_IFMT == _S_IFDIR:
+        _mkdirs(target)
+    else:
+        _touch(target)
+    mount(source, target, "", MS_BIND)
+    keep = 0
+    vfs = os.statvfs(target).f_flag
+    for st_flag, ms_flag in _ST_TO_MS:
+        if vfs & st_flag:
+            keep |= ms_flag
+    extra = MS_NOSUID | (MS_NOEXEC if flags & DEVICE else MS_NODEV)
+    if not flags & WRITABLE:
+        extra |= MS_RDONLY
+    mount("", target, "", MS_REMOUNT | MS_BIND | keep | extra)
+
+
+def _mask(target: str) -> None:
+    """Hide a /proc entry: /dev/null over a file, an empty read-only tmpfs
+    over a directory. Entries this kernel lacks have nothing to hide."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return
+    if st.st_mode & _S_IFMT == _S_IFDIR:
+        mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=0,mode=555")
+    else:
+        mount(NEW + "/dev/null", target, "", MS_BIND)
+
+
+def _read_only(target: str) -> None:
+    try:
+        os.lstat(target)
+    except FileNotFoundError:
+        return
+    mount(target, target, "", MS_BIND | MS_REC)
+    mount("", target, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def build_root(staging: str, scratch: "tuple[int, int, int]",
+               ops: "list[tuple[str, str, str, int]]", hostname: str, workdir: str) -> None:
+    """Build the jail's root from `ops` and pivot into it (see the module
+    docstring). `scratch` is (bytes, inodes, owner uid) of the run's one
+    tmpfs for the working dir, /tmp and /dev/shm."""
+    mount("", "/", "", MS_REC | MS_PRIVATE)
+    mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
+    os.chdir(staging)
+    os.mkdir("newroot", 0o755)
+    os.mkdir("oldroot", 0o755)
+    mount("newroot", "newroot", "", MS_BIND)  # a mount point, for the last pivot
+    pivot_root(".", "oldroot")
+    os.chdir("/")
+    size, inodes, _uid = scratch
+    os.mkdir(SCRATCH, 0o755)
+    mount("tmpfs", SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV,
+          f"mode=0755,size={size},nr_inodes={inodes}")
+    for op, a, b, n in ops:
+        target = NEW + b
+        if op == "bind":
+            _bind(OLD + a, target, n)
+        elif op == "dir":
+            _mkdirs(target, n)
+            os.chmod(target, n)
+        elif op == "symlink":
+            _mkdirs(os.path.dirname(target))
+            os.symlink(a, target)
+        elif op == "file":
+            _mkdirs(os.path.dirname(target))
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, n)
+            try:
+                os.write(fd, _b(a))
+            finally:
+                os.close(fd)
+        elif op == "scratch":  # a dir of the scratch tmpfs, bound on `b`
+            source = SCRATCH + "/" + a
+            os.mkdir(source, n)
+            os.chmod(source, n)  # the umask must not narrow 1777
+            _mkdirs(target)
+            mount(source, target, "", MS_BIND)
+        elif op == "tmpfs":
+            _mkdirs(target)
+            mount("tmpfs", target, "tmpfs", MS_NOSUID | n, a)
+        elif op == "proc":
+            _mkdirs(target)
+            mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        elif op == "mask":
+            _mask(target)
+        elif op == "read_only":
+            _read_only(target)
+        else:
+            raise OSError(22, f"unknown root operation {op!r}", "root")
+    mount("", NEW, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    umount(SCRATCH, MNT_DETACH)  # its dirs stay mounted where they were bound
+    umount(OLD, MNT_DETACH)
+    old = os.open("/", os.O_DIRECTORY | os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.chdir(NEW)
+        pivot_root(".", ".")
+        os.fchdir(old)
+        umount(".", MNT_DETACH)
+    finally:
+        os.close(old)
+    os.chdir("/")
+    name = _b(hostname)
+    _check(libc().sethostname(name, ctypes.c_size_t(len(name))), "sethostname")
+    os.chdir(workdir)
