@@ -35,8 +35,9 @@ from trunner.worker import locate_worker
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-STEPS = ["env", "process_limit", "rlimits", "namespaces", "parent_death", "pid_namespace",
-         "root", "capabilities", "descriptors", "no_new_privs", "landlock", "seccomp"]
+STEPS = ["env", "process_limit", "rlimits", "build_namespace", "root", "identity", "namespaces",
+         "parent_death", "pid_namespace", "proc", "capabilities", "descriptors", "no_new_privs",
+         "landlock", "seccomp"]
 
 
 class PlanEditing(LinuxBackend):
@@ -170,7 +171,8 @@ def _drop(key: str) -> Callable[[str], str]:
 
 @pytest.mark.parametrize("key", ["landlock", "seccomp_bpf", "unshare_flags", "process_limit",
                                  "rlimits", "parent_pid", "env", "unsafe_skip", "root_ops",
-                                 "scratch", "staging", "hostname", "workdir"])
+                                 "proc_ops", "scratch", "staging", "hostname", "workdir",
+                                 "build_userns", "uid", "gid"])
 async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, key: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(_drop(key))))
     assert e.reason is Reason.SANDBOX_SETUP
@@ -180,8 +182,8 @@ async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, ke
 @pytest.mark.parametrize(("item", "detail"), [
     ("zz", "plan: not a plan"),
     ("", "plan: not a plan"),
-    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 3"),
-    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 3"),
+    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 4"),
+    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 4"),
 ])
 async def test_a_corrupt_plan_fails_closed(jail_root: Path, item: str, detail: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(lambda _: item)))

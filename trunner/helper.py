@@ -28,7 +28,7 @@ PROCESS_COUNT_EXIT = 122
 #: The helper's report pipe (write end), passed by the parent.
 REPORT_FD = 3
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 #: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
 #: version). Nothing else is ever skipped.
 #: (Not the namespaces: the jail's root, which Landlock's paths name, is
@@ -39,10 +39,11 @@ SKIPPABLE = ("process_limit", "rlimits", "capabilities", "landlock", "parent_dea
 #: log's seccomp record. Not a refusal (the parent strips it).
 JAIL_PID_NOTE = b"\0jail-pid "
 #: Steps that run in the jail's pid 2 (after the fork), in order.
-JAIL_STEPS = ("root", "capabilities", "descriptors", "no_new_privs", "landlock", "seccomp")
+JAIL_STEPS = ("proc", "capabilities", "descriptors", "no_new_privs", "landlock", "seccomp")
 
 _SIGKILL = 9  # literal: importing signal costs the helper ~1 ms
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
 _SIGSTOP = 19
 _SIGSYS = 31
 _SCOPE_SIGNAL = 2  # landlock.SCOPE_SIGNAL
@@ -66,7 +67,7 @@ def main(argv: "list[str]") -> "NoReturn":
         plan, adapter = _read_plan(argv)
         skip = plan["unsafe_skip"]
         steps: list[tuple[Any, ...]] = [
-            # In the helper (host pid namespace):
+            # In the helper (the host's PID namespace):
             # 1. env: check first, nothing else depends on it.
             ("env", _check_env, plan["env"]),
             # 2. process limit: needs the host's view (real root for the
@@ -74,31 +75,42 @@ def main(argv: "list[str]") -> "NoReturn":
             ("process_limit", _limit_processes, plan["process_limit"]),
             # 3. rlimits before unshare.
             ("rlimits", _set_rlimits, plan["rlimits"]),
-            # 4. every namespace in one unshare (the new user namespace owns
-            #    the others), the ids mapped.
+            # 4. not root: a user namespace of the caller's own ids, for the
+            #    right to mount (real root has it already).
+            ("build_namespace", _enter_build_namespace, plan["build_userns"], plan["uid"],
+             plan["gid"]),
+            # 5. the root, built in a private mount namespace with the
+            #    caller's rights (a bind is walked as the caller walks it),
+            #    then pivoted into.
+            ("root", _build_root, plan["staging"], plan["scratch"], plan["root_ops"],
+             plan["uid"], plan["gid"]),
+            # 6. the jail's host ids: a root caller drops to them here, groups
+            #    cleared, before any namespace that would keep host uid 0.
+            ("identity", _take_identity, plan["uid"], plan["gid"]),
+            # 7. every namespace in one unshare (the new user namespace owns
+            #    the others; the mounts of step 5 become locked in it), the
+            #    ids mapped to themselves.
             ("namespaces", _unshare, plan["unshare_flags"], plan["uid"], plan["gid"]),
-            # 5. parent-death signal after the helper's last credential change
+            # 8. parent-death signal after the helper's last credential change
             #    (a change of credentials clears it), then re-check the parent.
             ("parent_death", _die_with_parent, plan["parent_pid"]),
-            # 6. fork pid 1 (a reaper) and pid 2 of the new PID namespace; the
+            # 9. fork pid 1 (a reaper) and pid 2 of the new PID namespace; the
             #    helper stays outside, confined, waits for pid 2 and forwards
             #    its exit status. Only pid 2 returns from this step.
             ("pid_namespace", _enter_pid_namespace, plan["seccomp_bpf"], plan["landlock"]),
             # In pid 2:
-            # 7. the root: built while the host's tree (and its /proc, which a
-            #    fresh proc mount needs) is still visible, then pivoted into.
-            ("root", _build_root, plan["unshare_flags"], plan["staging"], plan["scratch"],
-             plan["root_ops"], plan["hostname"], plan["workdir"]),
-            # 8. capabilities dropped, inside every namespace.
+            # 10. the jail's own /proc over the host's, masked; hostname; cwd.
+            ("proc", _enter_jail, plan["proc_ops"], plan["hostname"], plan["workdir"]),
+            # 11. capabilities dropped, inside every namespace.
             ("capabilities", _drop_capabilities),
-            # 9. descriptors: after every step that opens files.
+            # 12. descriptors: after every step that opens files.
             ("descriptors", _close_inherited_fds),
-            # 10. NO_NEW_PRIVS, required by Landlock and seccomp as non-root.
+            # 13. NO_NEW_PRIVS, required by Landlock and seccomp as non-root.
             ("no_new_privs", _install().set_no_new_privs),
-            # 11. Landlock on the jail's own paths (its syscalls must not be
+            # 14. Landlock on the jail's own paths (its syscalls must not be
             #     filtered yet).
             ("landlock", _restrict_filesystem, plan["landlock"]),
-            # 12. seccomp last: after it only the allow-list runs, then exec.
+            # 15. seccomp last: after it only the allow-list runs, then exec.
             ("seccomp", _install().install_seccomp, plan["seccomp_bpf"]),
         ]
         fail_at = plan["fail_at"]
@@ -150,9 +162,9 @@ def _read_plan(argv: "list[str]") -> "tuple[dict[str, Any], list[str]]":
     return plan, argv[3:]
 
 
-_KEYS = ("env", "process_limit", "rlimits", "unshare_flags", "uid", "gid", "root_ops",
-         "scratch", "staging", "hostname", "workdir", "landlock", "parent_pid", "seccomp_bpf",
-         "unsafe_skip", "fail_at")
+_KEYS = ("env", "process_limit", "rlimits", "build_userns", "unshare_flags", "uid", "gid",
+         "root_ops", "proc_ops", "scratch", "staging", "hostname", "workdir", "landlock",
+         "parent_pid", "seccomp_bpf", "unsafe_skip", "fail_at")
 
 
 def _apply(name: str, fn: "Any", *args: "Any") -> None:  # noqa: ANN401 (no typing here)
@@ -266,10 +278,48 @@ def _set_rlimits(rlimits: "list[tuple[int, int, int]]") -> None:
                              errno or 0) from None
 
 
+def _enter_build_namespace(wanted: bool, uid: int, gid: int) -> None:
+    if wanted:
+        _unshare(_CLONE_NEWUSER, uid, gid)
+    elif os.getuid() != 0:
+        raise SetupError("build_namespace: not root, and the plan has no user namespace")
+
+
+def _build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, str, str, int]]",
+                uid: int, gid: int) -> None:
+    from trunner.linux import mounts
+
+    _install().unshare(_CLONE_NEWNS)
+    mounts.build_root(staging, scratch, ops, (uid, gid))
+
+
+def _take_identity(uid: int, gid: int) -> None:
+    """Become host `uid`/`gid` with no supplementary groups (a root caller),
+    or check that this is who we are (anyone else)."""
+    if uid == 0 or gid == 0:
+        raise SetupError("identity: a jail never runs as host uid or gid 0")
+    if os.getuid() == 0:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        # The uid change cleared "dumpable", which makes /proc/self/*_map
+        # root's: this process writes its own maps next.
+        _install().set_dumpable(True)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+        raise SetupError(f"identity: running as {os.getresuid()}/{os.getresgid()}, "
+                         f"the plan says {uid}/{gid}")
+
+
 def _unshare(flags: int, uid: int, gid: int) -> None:
     install = _install()
-    install.unshare(flags & ~_CLONE_NEWNS)  # the mount namespace: pid 2's alone
+    install.unshare(flags)
     install.map_ids(uid, gid)
+
+
+def _enter_jail(proc_ops: "list[tuple[str, str]]", hostname: str, workdir: str) -> None:
+    from trunner.linux import mounts
+
+    mounts.enter_jail(proc_ops, hostname, workdir)
 
 
 _LAST_CAP: "list[int]" = []
@@ -414,18 +464,6 @@ def _host_pid_of_pid_2(proc: int, init: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
-
-
-def _build_root(flags: int, staging: str, scratch: "tuple[int, int, int]",
-                ops: "list[tuple[str, str, str, int]]", hostname: str, workdir: str) -> None:
-    from trunner.linux import mounts
-
-    if not flags & _CLONE_NEWNS:
-        raise SetupError("root: the plan has no mount namespace")
-    # Only pid 2 enters the new mount namespace: the helper keeps the host's
-    # /proc, where it names pid 2 after a seccomp kill.
-    _install().unshare(_CLONE_NEWNS)
-    mounts.build_root(staging, scratch, ops, hostname, workdir)
 
 
 def _close_inherited_fds() -> None:

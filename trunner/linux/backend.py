@@ -22,6 +22,7 @@ from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, HostSupport, ProcessLimit
 from trunner.linux import cgroup, install, kmsg, landlock, seccomp, watchdog
 from trunner.linux.plan import (
+    NOBODY,
     HelperPlan,
     encode_plan,
     environment,
@@ -135,6 +136,8 @@ class LinuxBackend:
         fail_at: test hook: the helper refuses at this step.
         unsafe_skip: benchmark hook: layers the helper leaves out. Named in
             the plan and in the rules version; never set by `Runner`.
+        jail_ids: the host uid and gid a root caller's jails run as (never
+            0); a caller that is not root runs its jails as itself.
     """
 
     worker: str
@@ -143,6 +146,7 @@ class LinuxBackend:
     landlock_abi: int | None = None
     fail_at: str = ""
     unsafe_skip: tuple[str, ...] = ()
+    jail_ids: tuple[int, int] = NOBODY
     _versions: dict[Limits, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def probe(self) -> HostSupport:
@@ -173,6 +177,7 @@ class LinuxBackend:
             limits, self.probe(), self.profile, jail_dir,
             import_paths=self.import_paths, cgroup=cgroup_dir, parent_pid=os.getpid(),
             landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip, fail_at=self.fail_at,
+            jail_ids=self.jail_ids,
         )
 
     def open_jail(

@@ -17,6 +17,7 @@ _NR = {
                 "landlock_add_rule": 445, "landlock_restrict_self": 446},
 }
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_SET_SECCOMP = 22
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -125,6 +126,10 @@ def set_no_new_privs() -> None:
 
 def has_no_new_privs() -> bool:
     return _prctl(_PR_GET_NO_NEW_PRIVS, 0, "prctl(PR_GET_NO_NEW_PRIVS)") == 1
+
+
+def set_dumpable(on: bool) -> None:
+    _prctl(_PR_SET_DUMPABLE, int(on), "prctl(PR_SET_DUMPABLE)")
 
 
 def set_parent_death_signal(sig: int) -> None:

@@ -1,17 +1,25 @@
-"""Helper side: build the jail's root and pivot into it.
+"""Helper side: build the jail's root, pivot into it, and give it a /proc.
 
-Runs in the jail's first process (pid 2 of its new PID namespace, inside its
-new user and mount namespaces) between fork and exec. Imports only `os` and
-`trunner.linux.install` (ctypes). Every operation comes resolved from the
-parent (`plan.root_ops`); a refused one raises `OSError` naming the target,
-and nothing is left half-built to run in: the helper refuses the jail.
+Imports only `os` and `trunner.linux.install` (ctypes). Every operation
+comes resolved from the parent (`plan.root_ops`, `plan.proc_ops`); a refused
+one raises `OSError` naming the target, and the helper refuses the jail:
+nothing half-built is ever run in.
 
-Order (bubblewrap's `setup_newroot`): make every mount private, mount a
-fresh tmpfs on the staging dir and pivot into it with the old root at
-/oldroot, build /newroot from /oldroot paths (read-only binds, a size-capped
-scratch, a fresh /proc while the old one is still visible, a minimal /dev),
-remount /newroot read-only, detach /oldroot, pivot into /newroot and detach
-the staging tmpfs. Nothing of the host's tree is reachable afterwards.
+`build_root` runs in the helper, in a private mount namespace, with the
+rights of the caller (real root, or an unprivileged user's own user
+namespace), so that binds are walked as the caller walks them (an
+interpreter under a mode-700 home included). Order (bubblewrap's
+`setup_newroot`): make every mount private, mount a staging tmpfs and pivot
+into it with the old root at /oldroot, build /newroot from /oldroot paths
+(read-only binds, a size-capped scratch, a minimal /dev, the host's /proc for
+the id maps only), remount /newroot read-only, detach /oldroot, pivot into
+/newroot and detach the staging tmpfs. Nothing else of the host's tree is
+reachable afterwards.
+
+`enter_jail` runs in the jail's pid 2, inside every new namespace: a fresh
+/proc of the jail's PID namespace over the host's (a fresh proc mount is only
+allowed where a full one is visible already), its sensitive entries masked,
+then the hostname and the working dir.
 """
 
 import ctypes
@@ -60,10 +68,8 @@ def umount(target: str, flags: int) -> None:
 
 
 def _mkdirs(path: str, mode: int = 0o755) -> None:
-    # os.makedirs would import stat-free helpers we do not need; walk ourselves.
-    parts = path.strip("/").split("/")
     current = ""
-    for part in parts:
+    for part in path.strip("/").split("/"):
         current += "/" + part
         try:  # noqa: SIM105 (contextlib is one import too many for the helper)
             os.mkdir(current, mode)
@@ -103,34 +109,12 @@ def _bind(source: str, target: str, flags: int) -> None:
     mount("", target, "", MS_REMOUNT | MS_BIND | keep | extra)
 
 
-def _mask(target: str) -> None:
-    """Hide a /proc entry: /dev/null over a file, an empty read-only tmpfs
-    over a directory. Entries this kernel lacks have nothing to hide."""
-    try:
-        st = os.lstat(target)
-    except FileNotFoundError:
-        return
-    if st.st_mode & _S_IFMT == _S_IFDIR:
-        mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              "size=0,mode=555")
-    else:
-        mount(NEW + "/dev/null", target, "", MS_BIND)
-
-
-def _read_only(target: str) -> None:
-    try:
-        os.lstat(target)
-    except FileNotFoundError:
-        return
-    mount(target, target, "", MS_BIND | MS_REC)
-    mount("", target, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-
-
-def build_root(staging: str, scratch: "tuple[int, int, int]",
-               ops: "list[tuple[str, str, str, int]]", hostname: str, workdir: str) -> None:
+def build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, str, str, int]]",
+               owner: "tuple[int, int]") -> None:
     """Build the jail's root from `ops` and pivot into it (see the module
-    docstring). `scratch` is (bytes, inodes, owner uid) of the run's one
-    tmpfs for the working dir, /tmp and /dev/shm."""
+    docstring). `scratch` is (bytes, inodes) of the run's one tmpfs for the
+    working dir, /tmp and /dev/shm; its dirs belong to `owner` (uid, gid),
+    the ids the jail will run as."""
     mount("", "/", "", MS_REC | MS_PRIVATE)
     mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
     os.chdir(staging)
@@ -139,7 +123,7 @@ def build_root(staging: str, scratch: "tuple[int, int, int]",
     mount("newroot", "newroot", "", MS_BIND)  # a mount point, for the last pivot
     pivot_root(".", "oldroot")
     os.chdir("/")
-    size, inodes, _uid = scratch
+    size, inodes = scratch
     os.mkdir(SCRATCH, 0o755)
     mount("tmpfs", SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV,
           f"mode=0755,size={size},nr_inodes={inodes}")
@@ -163,19 +147,15 @@ def build_root(staging: str, scratch: "tuple[int, int, int]",
         elif op == "scratch":  # a dir of the scratch tmpfs, bound on `b`
             source = SCRATCH + "/" + a
             os.mkdir(source, n)
+            os.chown(source, *owner)
             os.chmod(source, n)  # the umask must not narrow 1777
             _mkdirs(target)
             mount(source, target, "", MS_BIND)
-        elif op == "tmpfs":
+        elif op == "host_proc":
+            # Only until pid 2 mounts the jail's own over it: the helper
+            # writes its id maps here (and a fresh proc needs a full one).
             _mkdirs(target)
-            mount("tmpfs", target, "tmpfs", MS_NOSUID | n, a)
-        elif op == "proc":
-            _mkdirs(target)
-            mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        elif op == "mask":
-            _mask(target)
-        elif op == "read_only":
-            _read_only(target)
+            mount(OLD + "/proc", target, "", MS_BIND | MS_REC)
         else:
             raise OSError(22, f"unknown root operation {op!r}", "root")
     mount("", NEW, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
@@ -190,6 +170,42 @@ def build_root(staging: str, scratch: "tuple[int, int, int]",
     finally:
         os.close(old)
     os.chdir("/")
+
+
+def _mask(target: str) -> None:
+    """Hide a /proc entry: /dev/null over a file, an empty read-only tmpfs
+    over a directory. Entries this kernel lacks have nothing to hide."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return
+    if st.st_mode & _S_IFMT == _S_IFDIR:
+        mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=0,mode=555")
+    else:
+        mount("/dev/null", target, "", MS_BIND)
+
+
+def _read_only(target: str) -> None:
+    try:
+        os.lstat(target)
+    except FileNotFoundError:
+        return
+    mount(target, target, "", MS_BIND | MS_REC)
+    mount("", target, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def enter_jail(proc_ops: "list[tuple[str, str]]", hostname: str, workdir: str) -> None:
+    """In pid 2: the jail's own /proc over the host's, `proc_ops` ("mask" or
+    "read_only", path), the hostname, the working dir."""
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for op, target in proc_ops:
+        if op == "mask":
+            _mask(target)
+        elif op == "read_only":
+            _read_only(target)
+        else:
+            raise OSError(22, f"unknown /proc operation {op!r}", "proc")
     name = _b(hostname)
     _check(libc().sethostname(name, ctypes.c_size_t(len(name))), "sethostname")
     os.chdir(workdir)

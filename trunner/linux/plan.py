@@ -80,6 +80,12 @@ _BUILT: Final = ("/dev", "/etc", "/proc", "/tmp", WORKDIR)
 _WRITABLE: Final = 1  # mounts.WRITABLE
 _DEVICE: Final = 2  # mounts.DEVICE
 
+#: The host uid and gid a root caller's jails run as, by default.
+NOBODY: Final = (65534, 65534)
+#: Processes of every run that are trunner's own: the helper (waiting
+#: outside the PID namespace) and the jail's pid 1 (its reaper).
+TRUNNER_PROCESSES: Final = 2
+
 RootOp = tuple[str, str, str, int]
 
 
@@ -93,14 +99,20 @@ class HelperPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     process_limit: tuple[Literal["pids_cgroup", "rlimit_nproc"], str, int]
     #: (resource number, soft, hard), CORE 0 included.
     rlimits: tuple[tuple[int, int, int], ...]
+    #: Not root: a user namespace of the caller's own to build the root in.
+    build_userns: bool
     unshare_flags: int
+    #: The host ids the jail runs as (and sees itself as, mapped to
+    #: themselves): a root caller's `jail_ids`, anyone else's own.
     uid: int
     gid: int
     #: The jail's root, built by `trunner.linux.mounts.build_root`:
     #: (operation, source or content, path inside, mode or flags).
     root_ops: tuple[RootOp, ...]
-    #: The run's scratch tmpfs: (bytes, inodes, 0); holds WORKDIR, /tmp, /dev/shm.
-    scratch: tuple[int, int, int]
+    #: What pid 2 does to its fresh /proc: ("mask" | "read_only", path).
+    proc_ops: tuple[tuple[str, str], ...]
+    #: The run's scratch tmpfs: (bytes, inodes); holds WORKDIR, /tmp, /dev/shm.
+    scratch: tuple[int, int]
     staging: str
     hostname: str
     workdir: str
@@ -181,11 +193,10 @@ def _is_built(path: str) -> bool:
 
 
 def _identity(uid: int, gid: int) -> tuple[str, str]:
-    """/etc/passwd and /etc/group of the jail: its own user and nobody."""
-    name = "root" if uid == 0 else "trunner"
-    group = "root" if gid == 0 else "trunner"
-    passwd = f"{name}:x:{uid}:{gid}:{name}:{WORKDIR}:/bin/sh\n"
-    groups = f"{group}:x:{gid}:\n"
+    """/etc/passwd and /etc/group of the jail: its own user (`trunner`,
+    whatever its uid) and nobody."""
+    passwd = f"trunner:x:{uid}:{gid}:trunner:{WORKDIR}:/bin/sh\n"
+    groups = f"trunner:x:{gid}:\n"
     if uid != 65534:
         passwd += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     if gid != 65534:
@@ -197,7 +208,8 @@ def root_ops(binds: Sequence[str], uid: int, gid: int) -> tuple[RootOp, ...]:
     """The operations that build the jail's root: scratch dirs first (binds
     may land inside /tmp), then read-only binds of `binds` (host paths; a
     symlink such as /bin -> usr/bin is recreated, its target bound), the
-    short /etc, the synthesized identity files, /dev and a fresh /proc."""
+    short /etc, the synthesized identity files, /dev and the host's /proc
+    (pid 2 mounts the jail's own over it: `PROC_OPS`)."""
     ops: list[RootOp] = [
         ("scratch", "work", WORKDIR, 0o700),
         ("scratch", "tmp", "/tmp", 0o1777),
@@ -231,10 +243,13 @@ def root_ops(binds: Sequence[str], uid: int, gid: int) -> tuple[RootOp, ...]:
     ops += [("symlink", "/proc/self/fd", "/dev/fd", 0)]
     ops += [("symlink", f"/proc/self/fd/{fd}", f"/dev/{name}", 0)
             for fd, name in enumerate(("stdin", "stdout", "stderr"))]
-    ops.append(("proc", "", "/proc", 0))
-    ops += [("read_only", "", path, 0) for path in PROC_READ_ONLY]
-    ops += [("mask", "", path, 0) for path in PROC_MASKED]
+    ops.append(("host_proc", "", "/proc", 0))
     return tuple(ops)
+
+
+#: What pid 2 does to the jail's fresh /proc.
+PROC_OPS: Final = (*(("read_only", path) for path in PROC_READ_ONLY),
+                   *(("mask", path) for path in PROC_MASKED))
 
 
 def plan_jail(
@@ -249,9 +264,11 @@ def plan_jail(
     landlock_abi: int | None = None,
     unsafe_skip: Sequence[str] = (),
     fail_at: str = "",
+    jail_ids: tuple[int, int] = NOBODY,
 ) -> HelperPlan:
     """The helper plan for one run. `cgroup` is the run's pids cgroup when
-    the host's process limit is a cgroup.
+    the host's process limit is a cgroup; `jail_ids` the host uid and gid a
+    root caller's jail runs as (anyone else's runs as its caller).
 
     Raises:
         ValueError: the host has no process-limit mechanism, a namespace or
@@ -260,11 +277,16 @@ def plan_jail(
     limit = host.process_limit
     if limit is None:
         raise ValueError("no process-limit mechanism on this host")
+    uid, gid = jail_ids if host.is_root else (host.uid, host.gid)
+    if uid == 0 or gid == 0:
+        raise ValueError("a jail never runs as host uid or gid 0")
     process_limit: tuple[Literal["pids_cgroup", "rlimit_nproc"], str, int]
+    # The helper and the jail's pid 1 are trunner's, not the run's.
+    processes = limits.processes + TRUNNER_PROCESSES
     if limit.kind == "pids_cgroup":
-        process_limit = ("pids_cgroup", CGROUP if cgroup is None else cgroup, limits.processes)
+        process_limit = ("pids_cgroup", CGROUP if cgroup is None else cgroup, processes)
     else:
-        process_limit = ("rlimit_nproc", "", limits.processes)
+        process_limit = ("rlimit_nproc", "", processes)
     flags = 0
     for name in profile.namespaces:
         flags |= _NAMESPACE_FLAGS[name]
@@ -297,11 +319,13 @@ def plan_jail(
         env=tuple(sorted(env)),
         process_limit=process_limit,
         rlimits=rlimits_for(limits),
+        build_userns=not host.is_root,
         unshare_flags=flags,
-        uid=host.uid,
-        gid=host.gid,
-        root_ops=root_ops(binds, host.uid, host.gid),
-        scratch=(limits.scratch_bytes, max(1024, limits.scratch_bytes // 4096), 0),
+        uid=uid,
+        gid=gid,
+        root_ops=root_ops(binds, uid, gid),
+        proc_ops=PROC_OPS,
+        scratch=(limits.scratch_bytes, max(1024, limits.scratch_bytes // 4096)),
         staging=STAGING,
         hostname=HOSTNAME,
         workdir=WORKDIR,
