@@ -35,8 +35,9 @@ from trunner.worker import locate_worker
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-STEPS = ["env", "process_limit", "rlimits", "build_namespace", "root", "identity", "namespaces",
-         "parent_death", "pid_namespace", "proc", "capabilities", "descriptors", "no_new_privs",
+STEPS = ["env", "process_limit", "memory", "rlimits", "build_namespace", "root", "identity",
+         "namespaces", "jail_processes", "parent_death", "pid_namespace", "proc", "capabilities",
+         "descriptors", "no_new_privs",
          "landlock", "seccomp"]
 
 
@@ -45,8 +46,10 @@ class PlanEditing(LinuxBackend):
 
     edit: Callable[[HelperPlan], HelperPlan] = staticmethod(lambda plan: plan)
 
-    def _plan(self, limits: Limits, jail_dir: str, cgroup_dir: str | None) -> HelperPlan:
-        return type(self).edit(super()._plan(limits, jail_dir, cgroup_dir))
+    def _plan(
+        self, limits: Limits, jail_dir: str, cgroup_dir: str | None, memory_dir: str | None
+    ) -> HelperPlan:
+        return type(self).edit(super()._plan(limits, jail_dir, cgroup_dir, memory_dir))
 
 
 class ArgvEditing(LinuxBackend):
@@ -59,7 +62,8 @@ class ArgvEditing(LinuxBackend):
         argv = list(jail.command.argv)
         i = argv.index("helper") + 1
         argv[i] = type(self).item(argv[i])
-        return LinuxJail(dataclasses.replace(jail.command, argv=tuple(argv)), jail.cgroup)
+        return LinuxJail(dataclasses.replace(jail.command, argv=tuple(argv)), jail.cgroups,
+                         jail.memory_cgroup)
 
 
 def runner_on(jail_root: Path, backend: LinuxBackend) -> Runner:
@@ -172,7 +176,7 @@ def _drop(key: str) -> Callable[[str], str]:
 @pytest.mark.parametrize("key", ["landlock", "seccomp_bpf", "unshare_flags", "process_limit",
                                  "rlimits", "parent_pid", "env", "unsafe_skip", "root_ops",
                                  "proc_ops", "scratch", "staging", "hostname", "workdir",
-                                 "build_userns", "uid", "gid"])
+                                 "build_userns", "uid", "gid", "jail_nproc", "memory"])
 async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, key: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(_drop(key))))
     assert e.reason is Reason.SANDBOX_SETUP
@@ -182,8 +186,8 @@ async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, ke
 @pytest.mark.parametrize(("item", "detail"), [
     ("zz", "plan: not a plan"),
     ("", "plan: not a plan"),
-    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 4"),
-    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 4"),
+    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 5"),
+    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 5"),
 ])
 async def test_a_corrupt_plan_fails_closed(jail_root: Path, item: str, detail: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(lambda _: item)))

@@ -19,6 +19,7 @@ class Reason(enum.StrEnum):
     STDOUT_CAP = "stdout_cap"
     STDERR_CAP = "stderr_cap"
     DRAIN_TIMEOUT = "drain_timeout"
+    MEMORY_LIMIT = "memory_limit"
     # The child's end.
     NONZERO_EXIT = "nonzero_exit"
     KILLED_BY_SIGNAL = "killed_by_signal"
@@ -46,7 +47,8 @@ class Reason(enum.StrEnum):
 
 #: The reasons that mean "the child went past a limit the caller set".
 LIMIT_BREACHES = frozenset(
-    {Reason.TIMEOUT, Reason.STDOUT_CAP, Reason.STDERR_CAP, Reason.DRAIN_TIMEOUT}
+    {Reason.TIMEOUT, Reason.STDOUT_CAP, Reason.STDERR_CAP, Reason.DRAIN_TIMEOUT,
+     Reason.MEMORY_LIMIT}
 )
 
 

@@ -28,7 +28,7 @@ PROCESS_COUNT_EXIT = 122
 #: The helper's report pipe (write end), passed by the parent.
 REPORT_FD = 3
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 4
+PLAN_VERSION = 5
 #: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
 #: version). Nothing else is ever skipped.
 #: (Not the namespaces: the jail's root, which Landlock's paths name, is
@@ -72,7 +72,9 @@ def main(argv: "list[str]") -> "NoReturn":
             ("env", _check_env, plan["env"]),
             # 2. process limit: needs the host's view (real root for the
             #    cgroup, the real /proc for the count): before the namespaces.
-            ("process_limit", _limit_processes, plan["process_limit"]),
+            ("process_limit", _limit_processes, plan["process_limit"], plan["jail_nproc"]),
+            #    the run's memory cgroup, as root, likewise.
+            ("memory", _limit_memory, plan["memory"]),
             # 3. rlimits before unshare.
             ("rlimits", _set_rlimits, plan["rlimits"]),
             # 4. not root: a user namespace of the caller's own ids, for the
@@ -91,6 +93,9 @@ def main(argv: "list[str]") -> "NoReturn":
             #    the others; the mounts of step 5 become locked in it), the
             #    ids mapped to themselves.
             ("namespaces", _unshare, plan["unshare_flags"], plan["uid"], plan["gid"]),
+            #    the run's own process count: RLIMIT_NPROC counts per user
+            #    namespace (5.14 on), so this one counts the run alone.
+            ("jail_processes", _limit_jail_processes, plan["jail_nproc"]),
             # 8. parent-death signal after the helper's last credential change
             #    (a change of credentials clears it), then re-check the parent.
             ("parent_death", _die_with_parent, plan["parent_pid"]),
@@ -162,7 +167,8 @@ def _read_plan(argv: "list[str]") -> "tuple[dict[str, Any], list[str]]":
     return plan, argv[3:]
 
 
-_KEYS = ("env", "process_limit", "rlimits", "build_userns", "unshare_flags", "uid", "gid",
+_KEYS = ("env", "process_limit", "jail_nproc", "memory", "rlimits", "build_userns",
+         "unshare_flags", "uid", "gid",
          "root_ops", "proc_ops", "scratch", "staging", "hostname", "workdir", "landlock",
          "parent_pid", "seccomp_bpf", "unsafe_skip", "fail_at")
 
@@ -208,11 +214,14 @@ def _check_env(allowed: "list[str]") -> None:
         raise SetupError(f"env: unexpected variables {', '.join(extra)}")
 
 
-def _limit_processes(limit: "tuple[str, str, int]") -> None:
+def _limit_processes(limit: "tuple[str, str, int]", jail_nproc: int) -> None:
     kind, path, processes = limit
     if kind == "pids_cgroup":
         _install().write_file(os.path.join(path, "pids.max"), b"%d" % processes)
         _join_cgroup(path)
+    elif kind == "userns_nproc":
+        if jail_nproc < 1:
+            raise SetupError("process_limit: userns_nproc without a jail_nproc")
     elif kind == "rlimit_nproc":
         nproc = _count_processes(os.getuid()) + processes - 1
         import resource
@@ -220,6 +229,33 @@ def _limit_processes(limit: "tuple[str, str, int]") -> None:
         resource.setrlimit(_RLIMIT_NPROC, (nproc, nproc))
     else:
         raise SetupError(f"process_limit: unknown mechanism {kind!r}")
+
+
+def _limit_memory(memory: "tuple[str, str, int]") -> None:
+    kind, path, limit = memory
+    if kind == "none":
+        return  # no memory cgroup: RLIMIT_AS per process and the scratch size
+    if kind != "memory_cgroup":
+        raise SetupError(f"memory: unknown mechanism {kind!r}")
+    write = _install().write_file
+    if os.path.exists(os.path.join(path, "memory.max")):  # v2: no swap either
+        write(os.path.join(path, "memory.max"), b"%d" % limit)
+        swap = os.path.join(path, "memory.swap.max")
+        if os.path.exists(swap):
+            write(swap, b"0")
+    else:  # v1; memory+swap too where swap is accounted (set after the limit)
+        write(os.path.join(path, "memory.limit_in_bytes"), b"%d" % limit)
+        swap = os.path.join(path, "memory.memsw.limit_in_bytes")
+        if os.path.exists(swap):
+            write(swap, b"%d" % limit)
+    _join_cgroup(path)
+
+
+def _limit_jail_processes(jail_nproc: int) -> None:
+    if jail_nproc:
+        import resource
+
+        resource.setrlimit(_RLIMIT_NPROC, (jail_nproc, jail_nproc))
 
 
 def _join_cgroup(path: str) -> None:

@@ -109,8 +109,12 @@ async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
         )
     finally:
         with trio.CancelScope(shield=True):
+            oom_kills = started.jail.oom_kills()
             await started.jail.release()
         gone = await remove_jail_dir(started.jail_dir)
+    if oom_kills:  # a breach fails the run, as a cap does, whatever the exit
+        outcome.fail(Reason.MEMORY_LIMIT, f"the run went past memory_bytes: the kernel killed"
+                     f" {oom_kills} of its processes")
     if not gone and outcome.exit_code == 0:  # else the run already failed: that reason wins
         outcome.fail(Reason.CLEANUP_FAILED, f"cannot remove the jail dir {started.jail_dir}")
     return outcome

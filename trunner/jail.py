@@ -29,7 +29,8 @@ class Command:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     cwd: str
-    #: A per-invocation cgroup the watchdog removes if the parent dies.
+    #: A run's cgroups (newline-separated: pids and memory are two on
+    #: cgroup v1), which the watchdog removes if the parent dies.
     cgroup: str | None = None
     #: The jail dir, which the watchdog removes if the parent dies.
     jail_dir: str | None = None
@@ -37,10 +38,14 @@ class Command:
 
 @dataclass(frozen=True)
 class ProcessLimit:
-    """How the process limit is enforced on this host: `rlimit_nproc` (not
-    root), or `pids_cgroup`, per-run cgroups made under `cgroup_base`."""
+    """How the process limit is enforced on this host: `pids_cgroup` (root:
+    per-run cgroups made under `cgroup_base`), `userns_nproc` (not root, a
+    kernel that counts RLIMIT_NPROC per user namespace: 5.14 on), or
+    `rlimit_nproc` (not root, older kernels: the uid's count at spawn plus
+    the limit). Per-user-namespace counts also bound a root caller's runs,
+    which run as an unprivileged uid, on top of the cgroup."""
 
-    kind: Literal["pids_cgroup", "rlimit_nproc"]
+    kind: Literal["pids_cgroup", "userns_nproc", "rlimit_nproc"]
     cgroup_base: str = ""
 
 
@@ -57,6 +62,11 @@ class HostSupport:
     user_namespaces: bool
     network_namespaces: bool
     process_limit: ProcessLimit | None
+    #: Whether the kernel counts RLIMIT_NPROC per user namespace (5.14 on).
+    nproc_per_userns: bool = False
+    #: Where per-run memory cgroups are made ("": no memory cgroup; the
+    #: bound is then per process, RLIMIT_AS, and the scratch size).
+    memory_cgroup_base: str = ""
     refusal: Reason | None = None
     refusal_detail: str = ""
 
@@ -73,6 +83,10 @@ class Jail(Protocol):
     async def release(self) -> None:
         """Free what the jail holds on the host. Call once the process group
         is dead and reaped."""
+
+    def oom_kills(self) -> int:
+        """Processes the kernel killed for the run's memory bound (0 where
+        there is no per-run memory bound). Call before `release`."""
 
 
 class JailBackend(Protocol):

@@ -35,6 +35,10 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     #: The run's one scratch tmpfs (working dir, /tmp, /dev/shm). tmpfs pages
     #: are memory, not disk: this much RAM (or swap) per run at most.
     scratch_bytes: Annotated[int, Meta(ge=1 * MiB, le=2**40)] = 256 * MiB
+    #: All of a run's memory together (its processes and its scratch), where
+    #: the host gives a per-run memory cgroup (as root); past it the kernel
+    #: kills a process of the run (`memory_limit`).
+    memory_bytes: Annotated[int, Meta(ge=32 * MiB, le=2**46)] = 1 * GiB
 
     def __post_init__(self) -> None:
         # Meta constraints are only checked on decode/convert; check here too so

@@ -47,6 +47,15 @@ def _has_seccomp_filter() -> bool:
     return "\nSeccomp:" in status and actions != ""
 
 
+def kernel_version() -> tuple[int, int]:
+    """(major, minor) of the running kernel; (0, 0) if unparsable."""
+    parts = os.uname().release.split(".")
+    try:
+        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
 @functools.cache
 def probe_host() -> HostSupport:
     """What this kernel supports, probed once per process. Reads only."""
@@ -55,13 +64,15 @@ def probe_host() -> HostSupport:
     userns = (cgroup.read_text("/proc/sys/user/max_user_namespaces") or "0") != "0"
     netns = (cgroup.read_text("/proc/sys/user/max_net_namespaces") or "0") != "0"
     has_seccomp = _has_seccomp_filter()
-    limit = None
+    per_userns = kernel_version() >= (5, 14)
+    limit, memory = None, ""
     if not is_root:
-        limit = ProcessLimit("rlimit_nproc")
+        limit = ProcessLimit("userns_nproc" if per_userns else "rlimit_nproc")
     else:
-        base = cgroup.find_base()
+        base = cgroup.find_base("pids")
         if base is not None:
             limit = ProcessLimit("pids_cgroup", base)
+        memory = cgroup.find_base("memory") or ""
     refusal, detail = None, ""
     if abi < landlock.MIN_ABI:
         refusal, detail = Reason.SANDBOX_SETUP, (
@@ -86,6 +97,8 @@ def probe_host() -> HostSupport:
         user_namespaces=userns,
         network_namespaces=netns,
         process_limit=limit,
+        nproc_per_userns=per_userns,
+        memory_cgroup_base=memory,
         refusal=refusal,
         refusal_detail=detail,
     )
@@ -113,14 +126,19 @@ def helper_launch(worker: str) -> tuple[str, ...]:
 
 @dataclass
 class LinuxJail:
-    """One invocation's jail on Linux: its command and its pids cgroup."""
+    """One invocation's jail on Linux: its command and its cgroups (as
+    root: pids, and memory where the host has it)."""
 
     command: Command
-    cgroup: str | None = None
+    cgroups: tuple[str, ...] = ()
+    memory_cgroup: str | None = None
 
     async def release(self) -> None:
-        if self.cgroup is not None:
-            await cgroup.remove(self.cgroup)
+        for path in self.cgroups:
+            await cgroup.remove(path)
+
+    def oom_kills(self) -> int:
+        return cgroup.oom_kills(self.memory_cgroup) if self.memory_cgroup else 0
 
 
 @dataclass
@@ -172,10 +190,13 @@ class LinuxBackend:
         abi = self.probe().landlock_abi if self.landlock_abi is None else self.landlock_abi
         return min(abi, landlock.KNOWN_ABI)
 
-    def _plan(self, limits: Limits, jail_dir: str, cgroup_dir: str | None) -> HelperPlan:
+    def _plan(
+        self, limits: Limits, jail_dir: str, cgroup_dir: str | None, memory_dir: str | None
+    ) -> HelperPlan:
         return plan_jail(
             limits, self.probe(), self.profile, jail_dir,
-            import_paths=self.import_paths, cgroup=cgroup_dir, parent_pid=os.getpid(),
+            import_paths=self.import_paths, cgroup=cgroup_dir, memory_cgroup=memory_dir,
+            parent_pid=os.getpid(),
             landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip, fail_at=self.fail_at,
             jail_ids=self.jail_ids,
         )
@@ -192,28 +213,36 @@ class LinuxBackend:
                 Reason.SPAWN_FAILED,
                 f"cannot start {self.worker}: {os.strerror(errno.EACCES)} (errno {errno.EACCES})",
             )
-        limit = self.probe().process_limit
+        host = self.probe()
+        limit = host.process_limit
         assert limit is not None  # check() refused otherwise
-        run_cgroup = None
+        paths: list[str] = []
+        pids_dir = memory_dir = None
         if limit.kind == "pids_cgroup":
-            # Listed with the watchdog before it exists.
-            run_cgroup = cgroup.make(limit.cgroup_base, lambda path: watchdog.hold(path, jail_dir))
+            bases = [(limit.cgroup_base, "pids")]
+            if host.memory_cgroup_base:
+                bases.append((host.memory_cgroup_base, "memory"))
+            # Listed with the watchdog before they exist.
+            paths = cgroup.make(bases, lambda joined: watchdog.hold(joined, jail_dir))
+            pids_dir = paths[0]
+            memory_dir = paths[-1] if host.memory_cgroup_base else None
         try:
-            plan = self._plan(limits, jail_dir, run_cgroup)
+            plan = self._plan(limits, jail_dir, pids_dir, memory_dir)
             env = environment(jail_dir, self.profile.environment, self.import_paths)
         except BaseException:
-            if run_cgroup is not None:
-                os.rmdir(run_cgroup)
+            for path in paths:
+                os.rmdir(path)
             raise
         argv = (*launch, "helper", encode_plan(plan), "{report_fd}", "--", *adapter_argv)
-        command = Command(argv=argv, env=env, cwd=jail_dir, cgroup=run_cgroup, jail_dir=jail_dir)
-        return LinuxJail(command, run_cgroup)
+        command = Command(argv=argv, env=env, cwd=jail_dir, cgroup="\n".join(paths) or None,
+                          jail_dir=jail_dir)
+        return LinuxJail(command, tuple(paths), memory_dir)
 
     def rules_document(self, limits: Limits) -> dict[str, Any]:
         doc = self._versions.get(limits)
         if doc is None:
             jail_dir = "/nonexistent/trunner-jail"  # replaced by a placeholder
-            plan = self._plan(limits, jail_dir, None)
+            plan = self._plan(limits, jail_dir, None, None)
             env = environment(jail_dir, self.profile.environment, self.import_paths)
             doc = {
                 "schema": RULES_SCHEMA,

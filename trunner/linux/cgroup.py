@@ -1,11 +1,12 @@
-"""Parent side: one pids cgroup per run, the process limit as root.
+"""Parent side: one pids and one memory cgroup per run, as root.
 
-The kernel never applies RLIMIT_NPROC to real root, and a user namespace
-does not change that, so as root each invocation gets its own pids cgroup
-whose `pids.max` is the `processes` limit. `find_base` only reads (the
-doctor's probe must not change the host); `prepare` does the one-time setup
-on the first run: enabling `pids` for children of a v2 root, and making the
-`trunner` directory every run's cgroup lives in.
+As root each invocation gets its own pids cgroup whose `pids.max` bounds
+its processes, and its own memory cgroup whose limit is `memory_bytes` (the
+scratch tmpfs's pages are charged to it too). On cgroup v2 both are one
+directory. `find_base` only reads (the doctor's probe must not change the
+host); `prepare` does the one-time setup on the first run: enabling the
+controller for children of a v2 root, and making the `trunner` directory
+every run's cgroup lives in.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import trio
 from trunner.errors import Reason, RunnerError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 DIR_NAME = "trunner"
 
@@ -37,13 +38,13 @@ def read_text(path: str) -> str | None:
         return None
 
 
-def find_base() -> str | None:
-    """A directory under which this process may create pids cgroups, or
-    None. Reads only.
+def find_base(controller: str = "pids") -> str | None:
+    """A directory under which this process may create cgroups with
+    `controller` ("pids" or "memory"), or None. Reads only.
 
-    cgroup v1: the pids hierarchy at our own pids cgroup. cgroup v2: our own
-    cgroup, if it delegates `pids` to children already, or is the root and
-    has the controller (`prepare` then enables it).
+    cgroup v1: the controller's hierarchy at our own cgroup in it. cgroup v2:
+    our own cgroup, if it delegates the controller to children already, or
+    is the root and has it (`prepare` then enables it).
     """
     own = {}
     for line in (read_text("/proc/self/cgroup") or "").splitlines():
@@ -54,15 +55,15 @@ def find_base() -> str | None:
         fstype, _, options = [*right.split(" "), "", "", ""][:3]
         mount_point = left.split(" ")[4]
         base = None
-        if fstype == "cgroup" and "pids" in options.split(","):
+        if fstype == "cgroup" and controller in options.split(","):
             for controllers, path in own.items():
-                if "pids" in controllers.split(","):
+                if controller in controllers.split(","):
                     base = os.path.join(mount_point, path.lstrip("/"))
         elif fstype == "cgroup2" and "" in own:
             base = os.path.join(mount_point, own[""].lstrip("/"))
             enabled = (read_text(os.path.join(base, "cgroup.subtree_control")) or "").split()
             available = (read_text(os.path.join(base, "cgroup.controllers")) or "").split()
-            if "pids" not in enabled and not (own[""] == "/" and "pids" in available):
+            if controller not in enabled and not (own[""] == "/" and controller in available):
                 base = None
         if base is not None and os.access(base, os.W_OK):
             return base
@@ -70,44 +71,65 @@ def find_base() -> str | None:
 
 
 @functools.cache
-def prepare(base: str) -> str:
+def prepare(base: str, controller: str = "pids") -> str:
     """Set up `base` once per process; returns the dir runs' cgroups go in.
 
     Raises:
         OSError: the setup was refused.
     """
     control = os.path.join(base, "cgroup.subtree_control")
-    if os.path.exists(control) and "pids" not in (read_text(control) or "").split():
+    if os.path.exists(control) and controller not in (read_text(control) or "").split():
         with open(control, "w") as f:
-            f.write("+pids")
+            f.write("+" + controller)
     parent = os.path.join(base, DIR_NAME)
     os.makedirs(parent, exist_ok=True)
     return parent
 
 
-def make(base: str, before_mkdir: Callable[[str], None]) -> str:
-    """A new cgroup for one run (the helper sets its `pids.max`: the plan
-    holds the number, so the rules version covers it). `before_mkdir` is
-    called with its path first (the watchdog lists it).
+def make(bases: Sequence[tuple[str, str]], before_mkdir: Callable[[str], None]) -> list[str]:
+    """New cgroups for one run, one under each (base, controller) (one for
+    both on v2, where the bases are the same): the helper sets their limits
+    (the plan holds the numbers, so the rules version covers them).
+    `before_mkdir` is called with their paths, newline-separated, first (the
+    watchdog lists them).
 
     Raises:
         RunnerError: `spawn_failed` when out of fds, else
             `process_limit_unavailable`.
     """
-    path = ""
+    name = f"{os.getpid()}-{uuid.uuid4().hex}"
+    paths: list[str] = []
+    made: list[str] = []
     try:
-        path = os.path.join(prepare(base), f"{os.getpid()}-{uuid.uuid4().hex}")
-        before_mkdir(path)
-        os.mkdir(path)
+        for base, controller in bases:
+            path = os.path.join(prepare(base, controller), name)
+            if path not in paths:
+                paths.append(path)
+        before_mkdir("\n".join(paths))
+        for path in paths:
+            os.mkdir(path)
+            made.append(path)
     except OSError as e:
-        if path and os.path.isdir(path):
+        for path in made:
             os.rmdir(path)
         out_of_fds = e.errno in (errno.EMFILE, errno.ENFILE)
         raise RunnerError(
             Reason.SPAWN_FAILED if out_of_fds else Reason.PROCESS_LIMIT_UNAVAILABLE,
-            f"cannot create a pids cgroup under {base}: {e.strerror} (errno {e.errno})",
+            f"cannot create a run's cgroup under {', '.join(b for b, _ in bases)}:"
+            f" {e.strerror} (errno {e.errno})",
         ) from None
-    return path
+    return paths
+
+
+def oom_kills(path: str) -> int:
+    """Processes the kernel killed for want of memory in the memory cgroup
+    `path` (v2 `memory.events`, v1 `memory.oom_control`); 0 if unreadable."""
+    for name in ("memory.events", "memory.oom_control"):
+        for line in (read_text(os.path.join(path, name)) or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.isdigit():
+                return int(value)
+    return 0
 
 
 def kill_all(path: str) -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 #: Placeholders for per-run values in the hashed plan.
 JAIL_DIR: Final = "@jail"
 CGROUP: Final = "@cgroup"
+MEMORY_CGROUP: Final = "@memory_cgroup"
 
 _CLONE_NEWNS: Final = 0x00020000
 _CLONE_NEWUTS: Final = 0x04000000
@@ -95,8 +96,16 @@ class HelperPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     version: int = PLAN_VERSION
     #: The only environment names the helper accepts.
     env: tuple[str, ...]
-    #: ("pids_cgroup", cgroup dir, pids.max) or ("rlimit_nproc", "", processes).
-    process_limit: tuple[Literal["pids_cgroup", "rlimit_nproc"], str, int]
+    #: ("pids_cgroup", cgroup dir, pids.max), ("userns_nproc", "", n) (the
+    #: bound is `jail_nproc` alone) or ("rlimit_nproc", "", processes).
+    process_limit: tuple[Literal["pids_cgroup", "userns_nproc", "rlimit_nproc"], str, int]
+    #: RLIMIT_NPROC set in the jail's own user namespace, where the kernel
+    #: counts it per user namespace (so per run); 0 on older kernels.
+    jail_nproc: int
+    #: ("memory_cgroup", cgroup dir, bytes) as root where the host has a
+    #: memory controller, else ("none", "", 0): the bound is then RLIMIT_AS
+    #: per process and the scratch size.
+    memory: tuple[Literal["memory_cgroup", "none"], str, int]
     #: (resource number, soft, hard), CORE 0 included.
     rlimits: tuple[tuple[int, int, int], ...]
     #: Not root: a user namespace of the caller's own to build the root in.
@@ -260,6 +269,7 @@ def plan_jail(
     *,
     import_paths: Sequence[str] = (),
     cgroup: str | None = None,
+    memory_cgroup: str | None = None,
     parent_pid: int = 0,
     landlock_abi: int | None = None,
     unsafe_skip: Sequence[str] = (),
@@ -280,13 +290,17 @@ def plan_jail(
     uid, gid = jail_ids if host.is_root else (host.uid, host.gid)
     if uid == 0 or gid == 0:
         raise ValueError("a jail never runs as host uid or gid 0")
-    process_limit: tuple[Literal["pids_cgroup", "rlimit_nproc"], str, int]
     # The helper and the jail's pid 1 are trunner's, not the run's.
     processes = limits.processes + TRUNNER_PROCESSES
+    process_limit: tuple[Literal["pids_cgroup", "userns_nproc", "rlimit_nproc"], str, int]
     if limit.kind == "pids_cgroup":
         process_limit = ("pids_cgroup", CGROUP if cgroup is None else cgroup, processes)
     else:
-        process_limit = ("rlimit_nproc", "", processes)
+        process_limit = (limit.kind, "", processes)
+    memory: tuple[Literal["memory_cgroup", "none"], str, int] = ("none", "", 0)
+    if host.is_root and host.memory_cgroup_base:
+        where = MEMORY_CGROUP if memory_cgroup is None else memory_cgroup
+        memory = ("memory_cgroup", where, limits.memory_bytes)
     flags = 0
     for name in profile.namespaces:
         flags |= _NAMESPACE_FLAGS[name]
@@ -318,6 +332,8 @@ def plan_jail(
     return HelperPlan(
         env=tuple(sorted(env)),
         process_limit=process_limit,
+        jail_nproc=processes if host.nproc_per_userns else 0,
+        memory=memory,
         rlimits=rlimits_for(limits),
         build_userns=not host.is_root,
         unshare_flags=flags,
@@ -370,6 +386,8 @@ def hashed_plan(plan: HelperPlan, env: Mapping[str, str], jail_dir: str) -> dict
                         for op, a, b, n in plan.root_ops]
     if plan.process_limit[0] == "pids_cgroup":
         data["process_limit"] = ("pids_cgroup", CGROUP, plan.process_limit[2])
+    if plan.memory[0] == "memory_cgroup":
+        data["memory"] = ("memory_cgroup", MEMORY_CGROUP, plan.memory[2])
     data["parent_pid"] = 0
     data["env"] = {key: name(value) for key, value in env.items()}
     return data

@@ -88,7 +88,8 @@ def clean_up(groups: Groups, leftovers: Leftovers, remove_tree: Callable[[str], 
         with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
     entries = [*groups.values(), *leftovers.values()]
-    cgroups = {cgroup for cgroup, _ in entries if cgroup}
+    # A run's cgroups (pids and memory on v1) are one newline-separated field.
+    cgroups = {path for cgroup, _ in entries for path in cgroup.split("\n") if path}
     dirs = {jail_dir for _, jail_dir in entries if jail_dir}
     give_up, pause = time.monotonic() + GIVE_UP_S, 0.001
     while True:
