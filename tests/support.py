@@ -256,11 +256,12 @@ def jailed_under(root: str) -> list[int]:
             found.append(int(entry))
     host = os.readlink("/proc/self/ns/pid")
     spaces = set()
-    for pid in found:
-        try:
-            spaces.add(os.readlink(f"/proc/{pid}/ns/pid"))
-        except OSError:
-            continue
+    for pid in found:  # a helper's children are in its pid_for_children
+        for name in ("pid", "pid_for_children"):
+            try:
+                spaces.add(os.readlink(f"/proc/{pid}/ns/{name}"))
+            except OSError:
+                continue
     spaces.discard(host)
     members = {p for ns in spaces for p in pid_namespace_members(ns) if is_alive(p)}
     return sorted(set(found) | members)

@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 from conftest import TESTS_DIR, group_alive, is_alive, watch_children
+from support import jailed_under
 from trunner import (
     Reason,
     Runner,
@@ -87,18 +88,14 @@ async def test_entry_point_modes_resolve_and_run(
 
 
 def _jailed_sleep(root: Path) -> int | None:
-    """The pid of a `sleep` whose cwd is a jail dir under `root`, if one runs."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    """The pid of a `sleep` jailed from a jail dir under `root`, if one runs."""
+    for pid in jailed_under(str(root)):
         try:
-            cwd = os.readlink(f"/proc/{entry}/cwd")
-            with open(f"/proc/{entry}/comm") as f:
-                comm = f.read().strip()
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "sleep" and is_alive(pid):
+                    return pid
         except OSError:
             continue
-        if cwd.startswith(f"{root}{os.sep}") and comm == "sleep" and is_alive(int(entry)):
-            return int(entry)
     return None
 
 

@@ -325,8 +325,15 @@ def _build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, 
                 uid: int, gid: int) -> None:
     from trunner.linux import mounts
 
-    _install().unshare(_CLONE_NEWNS)
-    mounts.build_root(staging, scratch, ops, (uid, gid))
+    # The helper keeps its host jail dir as its cwd (outside the new root),
+    # so the host sees which jail a helper serves; pid 1 and pid 2 leave it.
+    here = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _install().unshare(_CLONE_NEWNS)
+        mounts.build_root(staging, scratch, ops, (uid, gid))
+        os.fchdir(here)
+    finally:
+        os.close(here)
 
 
 def _take_identity(uid: int, gid: int) -> None:
@@ -418,6 +425,7 @@ def _run_init(done: int, bpf: bytes, ruleset: "tuple[Any, ...]") -> "NoReturn":
     until killed (pid 2 stays a zombie, for the helper to name)."""
     try:
         _install().set_parent_death_signal(_SIGKILL)
+        os.chdir("/")  # the jail's root, not the helper's host jail dir
         os.dup2(done, 0)
         os.close(done)
         os.close(1)
