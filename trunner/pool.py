@@ -114,15 +114,20 @@ class WorkerPool:
             frame = encode_frame(request)
             version = runner.rules_version(self._limits)
             self._last_use = trio.current_time()
-            self._wanted.set()
-            # A worker that died while idle (e.g. a refused setup) is served all the
-            # same, so the caller gets its real reason rather than a silent respawn.
-            if self._idle:
-                started = self._idle.popleft()
-            else:
-                started = await invocation.start(runner.backend, self._argv, self._limits,
-                                                 runner.temp_root)
-            outcome = await invocation.serve(started, frame, caps)
+            try:
+                # A worker that died while idle (e.g. a refused setup) is served all
+                # the same, so the caller gets its real reason, not a silent respawn.
+                if self._idle:
+                    started = self._idle.popleft()
+                else:
+                    started = await invocation.start(runner.backend, self._argv,
+                                                     self._limits, runner.temp_root)
+                outcome = await invocation.serve(started, frame, caps)
+            finally:
+                # Refill after the reply, not before: a new worker's start-up
+                # (helper, adapter imports: most of an invocation's CPU) would
+                # compete with this run for the CPU.
+                self._wanted.set()
             response = invocation.judge(outcome, runner.backend, caps.stdout_max_bytes,
                                         response_type)
         return invocation.Result(response, version)
