@@ -264,9 +264,14 @@ async def imports(worker: str, tmp: str, n: int) -> dict[str, Any]:
         return (argv[0], "-X", "importtime", *argv[1:])
 
     backend = BenchBackend(worker)
-    # The adapter stage as the helper execs it (the worker's shebang
-    # interpreter, with site), with -X importtime.
-    echo = importtime((helper_launch(worker)[0], worker, "echo"))
+    # The adapter stage as the helper execs it (`python -I -S ... echo`
+    # where this revision has adapter_argv), with -X importtime.
+    try:
+        from trunner.worker import adapter_argv
+    except ImportError:
+        echo = importtime((helper_launch(worker)[0], worker, "echo"))
+    else:
+        echo = importtime(adapter_argv(worker, "echo"))
     paths: dict[str, Callable[[], Any]] = {
         "helper (trunner-worker helper, full plan)":
             lambda: once(BenchBackend(worker, rewrite=importtime), tmp),

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Spawn latency, throughput, parent CPU and stdout drain of trunner, side by side.
 
-    python benchmarks/spawn_latency.py [--quick] [--json] [--plot out.png] [-n N]
+    python benchmarks/spawn_latency.py [--quick] [--json] [--save F] [--compare F] [--from F]
+                                       [--plot out.svg] [-n N]
 
 One run measures every variant in the same process, after a warm-up, in
 interleaved order (each iteration visits every variant once, round robin, the
@@ -58,10 +59,37 @@ POOL_SIZE = 4
 LATENCY_VARIANTS = ("bare", "trunner_cold", "trunner_prewarmed", "bwrap", "cat", "python_floor")
 #: Variants measured under concurrency (the others are too cheap or n/a).
 THROUGHPUT_VARIANTS = ("bare", "trunner_cold", "trunner_prewarmed")
-BWRAP_ARGS = (
-    "--unshare-all", "--die-with-parent", "--new-session",
-    "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--",
-)
+
+
+def bwrap_argv(bwrap: str, adapter: tuple[str, ...]) -> list[str]:
+    """bubblewrap around `adapter`, binding read-only only what it needs: the
+    system dirs, the venv, its base interpreter's prefix and trunner's dir,
+    wherever they are (a project's .venv included)."""
+    from trunner.linux.plan import trunner_dir
+
+    wanted = ["/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc/ld.so.cache",
+              sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+              os.path.dirname(os.path.realpath(sys.executable)),
+              os.path.dirname(os.path.abspath(adapter[0])), trunner_dir()]
+    binds: list[str] = []
+    for path in sorted({os.path.abspath(p) for p in wanted if os.path.exists(p)}, key=len):
+        if not any(path == b or path.startswith(b + "/") for b in binds):
+            binds.append(path)
+    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
+    for path in binds:
+        argv += ["--ro-bind", path, path]
+    return [*argv, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--chdir", "/tmp",
+            "--", *adapter]
+
+
+def worker_adapter(worker: str) -> tuple[str, ...]:
+    """How trunner starts the `echo` adapter (`python -I -S ...` where this
+    revision does), so bare, bwrap and trunner run the same adapter."""
+    try:
+        from trunner.worker import adapter_argv
+    except ImportError:  # an older trunner: the script under its shebang
+        return (worker, "echo")
+    return adapter_argv(worker, "echo")
 
 
 @dataclass(frozen=True)
@@ -217,7 +245,7 @@ def _warm_worker_pids(adapter: tuple[str, ...]) -> int:
 async def wait_pool_warm(pool: Any, size: int, timeout_s: float = 30.0) -> None:
     from trunner.worker import locate_worker
 
-    adapter = (locate_worker(), "echo")
+    adapter = worker_adapter(locate_worker())
     with trio.move_on_after(timeout_s):
         # Polls the pool and /proc: no event to wait on.
         while (getattr(pool, "idle_workers", size) < size  # noqa: ASYNC110
@@ -558,6 +586,9 @@ def targets(lat: dict[str, Any], tp: dict[str, Any], drain: dict[str, Any]) -> d
         overhead = (cold["p50"] - bare["p50"]) / py["p50"]
     pre_vs_bare = pre["p50"] / bare["p50"] if pre and bare else None
     pre_vs_bwrap = pre["p50"] / bw["p50"] if pre and bw else None
+    cold_vs_floor = cold["p50"] / py["p50"] if cold and py else None
+    cpu_vs_floor = (cold["child_cpu_ms_per_inv"] / py["child_cpu_ms_per_inv"]
+                    if cold and py and py["child_cpu_ms_per_inv"] else None)
     scale = None
     if "trunner_cold" in tp:
         per = tp["trunner_cold"]["per_s"]
@@ -568,7 +599,11 @@ def targets(lat: dict[str, Any], tp: dict[str, Any], drain: dict[str, Any]) -> d
             overhead, "<=", 1.2, "(trunner_cold p50 - bare p50) / python -I -S p50"),
         "prewarmed_vs_bare": target(pre_vs_bare, "<=", 0.1, "trunner_prewarmed p50 / bare p50"),
         "prewarmed_vs_bwrap": target(
-            pre_vs_bwrap, "<", 1.0, "trunner_prewarmed p50 / bwrap p50"),
+            pre_vs_bwrap, "<=", 0.15, "trunner_prewarmed p50 / bwrap p50"),
+        "cold_vs_floor": target(
+            cold_vs_floor, "<=", 3.0, "trunner_cold p50 / python -I -S p50"),
+        "child_cpu_vs_floor": target(
+            cpu_vs_floor, "<=", 3.0, "trunner_cold child CPU / python -I -S child CPU"),
         "concurrency_scaling": target(
             scale, ">=", 1.6, "trunner_cold invocations/s at concurrency 4 / at 1"),
         "drain_vs_pipe": target(
@@ -577,7 +612,7 @@ def targets(lat: dict[str, Any], tp: dict[str, Any], drain: dict[str, Any]) -> d
     }
 
 
-def render(report: dict[str, Any], variants: list[Variant]) -> str:
+def render(report: dict[str, Any]) -> str:
     lines: list[str] = []
     m = report["meta"]
     lines.append(
@@ -593,10 +628,10 @@ def render(report: dict[str, Any], variants: list[Variant]) -> str:
     lines.append("round trip (ms; ratio to bare)     p50               p90               p99"
                  "       parent CPU/inv  child CPU/inv")
     lat = report["latency_ms"]
-    for v in variants:
-        f = lat.get(v.name)
+    for name in LATENCY_VARIANTS:
+        f = lat.get(name)
         if f is None:
-            lines.append(f"  {v.name:<20} n/a ({v.note})")
+            lines.append(f"  {name:<20} n/a ({report['unavailable'].get(name, '')})")
             continue
         cells = []
         for p in ("p50", "p90", "p99"):
@@ -605,7 +640,7 @@ def render(report: dict[str, Any], variants: list[Variant]) -> str:
         child = f["child_cpu_ms_per_inv"]
         child_cell = f"{child:9.2f} ms" if child is not None else "  (not seen)"
         lines.append(
-            f"  {v.name:<20} {cells[0]:>17} {cells[1]:>17} {cells[2]:>17}"
+            f"  {name:<20} {cells[0]:>17} {cells[1]:>17} {cells[2]:>17}"
             f"  {f['parent_cpu_ms_per_inv']:9.2f} ms  {child_cell}"
         )
     lines.append("")
@@ -645,31 +680,70 @@ def render(report: dict[str, Any], variants: list[Variant]) -> str:
     return "\n".join(lines)
 
 
-def plot(path: str, variants: list[Variant]) -> str:
-    try:
-        import matplotlib
+def plot(path: str, report: dict[str, Any]) -> str:
+    """The latency CDF of every measured variant, as SVG (cdf_svg.py)."""
+    from cdf_svg import write_cdf_svg
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return f"note: matplotlib is not importable; no plot written to {path}"
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for v in variants:
-        if not v.samples_s:
-            continue
-        xs = sorted(1e3 * s for s in v.samples_s)
-        ys = [(i + 1) / len(xs) for i in range(len(xs))]
-        ax.step(xs, ys, where="post", label=f"{v.name} (p50 {pct(xs, 50):.1f} ms)")
-    ax.set_xscale("log")
-    ax.set_xlabel("round-trip latency (ms, log scale)")
-    ax.set_ylabel("fraction of round trips")
-    ax.set_title("trunner spawn latency CDF")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper left", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    m = report["meta"]
+    write_cdf_svg(path, report["samples_ms"],
+                  f"trunner spawn latency CDF (n={m['n']}, {m['cpus']} CPUs)")
     return f"latency CDF written to {path}"
+
+
+# -- compare -------------------------------------------------------------------
+
+
+def _ratio(new: Any, old: Any) -> float | None:
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (new, old))
+    return new / old if ok and old > 0 else None
+
+
+def compare(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """Ratios new / old of every figure both runs have (None where one lacks
+    it): latency percentiles and CPU per variant, invocations/s per variant
+    and concurrency, drain rates."""
+    out: dict[str, Any] = {"latency": {}, "throughput": {}, "drain": {}}
+    for name in LATENCY_VARIANTS:
+        f, g = new["latency_ms"].get(name), old["latency_ms"].get(name)
+        keys = ("p50", "p90", "p99", "parent_cpu_ms_per_inv", "child_cpu_ms_per_inv")
+        out["latency"][name] = {k: _ratio(f[k], g[k]) if f and g else None for k in keys}
+    for name in THROUGHPUT_VARIANTS:
+        t, u = new["throughput"].get(name), old["throughput"].get(name)
+        out["throughput"][name] = {
+            str(c): _ratio(t["per_s"][str(c)], u["per_s"].get(str(c))) if t and u else None
+            for c in CONCURRENCY}
+    for name in ("trunner", "trunner_jailed"):
+        d, e = new["drain"].get(name), old["drain"].get(name)
+        out["drain"][name] = _ratio(d["stream_mib_s"], e["stream_mib_s"]) if d and e else None
+    c4 = out["throughput"]["trunner_cold"]["4"]
+    out["cold_c4_vs_old"] = {
+        "what": "trunner_cold invocations/s at concurrency 4, this run / the saved one",
+        "value": c4, "op": ">=", "threshold": 1.8,
+        "status": "n/a" if c4 is None else "PASS" if c4 >= 1.8 else "MISS"}
+    return out
+
+
+def render_compare(ratios: dict[str, Any], old_path: str) -> str:
+    def cell(r: float | None) -> str:
+        return f"{r:8.2f}x" if r is not None else f"{'n/a':>9}"
+
+    lines = [f"this run / {old_path} (below 1: this run is faster or cheaper;"
+             " for invocations/s, above 1 is better)",
+             "  latency and CPU                 p50       p90       p99"
+             "  parent CPU  child CPU"]
+    for name, r in ratios["latency"].items():
+        lines.append(f"  {name:<26}" + "".join(cell(r[k]) + " " for k in (
+            "p50", "p90", "p99", "parent_cpu_ms_per_inv", "child_cpu_ms_per_inv")))
+    lines.append("  invocations/s at concurrency " + "".join(f"{c:>10}" for c in CONCURRENCY))
+    for name, r in ratios["throughput"].items():
+        lines.append(f"  {name:<29}" + "".join(" " + cell(r[str(c)]) for c in CONCURRENCY))
+    for name, r in ratios["drain"].items():
+        lines.append(f"  drain stream rate, {name:<15} {cell(r)}")
+    t = ratios["cold_c4_vs_old"]
+    value = "n/a" if t["value"] is None else f"{t['value']:.3f}"
+    lines.append(f"  {t['status']:<5} cold_c4_vs_old {value:>7} {t['op']} {t['threshold']:g}"
+                 f"  {t['what']}")
+    return "\n".join(lines)
 
 
 # -- main ----------------------------------------------------------------------
@@ -683,8 +757,7 @@ def _bwrap_version(path: str) -> str | None:
         return None
 
 
-async def bench(settings: Settings, plot_path: str | None
-                ) -> tuple[dict[str, Any], str, str]:
+async def bench(settings: Settings) -> dict[str, Any]:
     from trunner.errors import RunnerError
     from trunner.runner import Runner
     from trunner.worker import locate_worker
@@ -692,6 +765,7 @@ async def bench(settings: Settings, plot_path: str | None
     started = time.perf_counter()
     load_start = os.getloadavg()[0]
     worker = locate_worker()
+    adapter = worker_adapter(worker)
     bwrap = shutil.which("bwrap")
     with tempfile.TemporaryDirectory(prefix="trunner-bench-") as tmp:
         jail_root = os.path.join(tmp, "jails")
@@ -708,13 +782,13 @@ async def bench(settings: Settings, plot_path: str | None
         async with contextlib.AsyncExitStack() as stack:
             log("probing variants ...")
             variants = [
-                await probe(Variant("bare", worker_call([worker, "echo"], env, work_dir))),
+                await probe(Variant("bare", worker_call([*adapter], env, work_dir))),
                 await probe(Variant("trunner_cold",
                                     runner_call(runner) if runner else None, runner_note)),
                 await open_prewarmed(runner, stack, size=POOL_SIZE),
                 await probe(Variant(
                     "bwrap",
-                    worker_call([bwrap, *BWRAP_ARGS, worker, "echo"], env, work_dir)
+                    worker_call(bwrap_argv(bwrap, adapter), env, work_dir)
                     if bwrap else None,
                     "" if bwrap else "bwrap not installed",
                 )),
@@ -754,15 +828,16 @@ async def bench(settings: Settings, plot_path: str | None
             "loadavg_1m": [load_start, os.getloadavg()[0]],
         },
         "latency_ms": lat,
+        # Raw round trips (ms), measurement order: for --plot and later looks.
+        "samples_ms": {v.name: [1e3 * x for x in v.samples_s] for v in variants if v.samples_s},
         "unavailable": {v.name: v.note for v in variants if v.call is None},
         "throughput": tp,
         "parent_cpu_ms_per_inv": {k: f["parent_cpu_ms_per_inv"] for k, f in lat.items() if f},
         "drain": drain,
         "targets": targets(lat, tp, drain),
     }
-    note = plot(plot_path, variants) if plot_path else ""
     report["meta"]["elapsed_s"] = time.perf_counter() - started
-    return report, render(report, variants), note
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -770,10 +845,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="a handful of iterations and a 16 MiB drain (~20-30 s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
-    parser.add_argument("--plot", metavar="FILE", help="write a latency CDF PNG (matplotlib)")
+    parser.add_argument("--save", metavar="FILE", help="also write the JSON report to FILE")
+    parser.add_argument("--compare", metavar="FILE",
+                        help="print the ratios of this run to a report saved with --save")
+    parser.add_argument("--from", dest="load", metavar="FILE",
+                        help="measure nothing: report (and plot, compare) a saved run")
+    parser.add_argument("--plot", metavar="FILE.svg", help="write the latency CDF as SVG")
     parser.add_argument("-n", type=int, help="measured iterations per variant")
     parser.add_argument("--drain-mib", type=int, help="size of the drained reply, MiB")
     args = parser.parse_args(argv)
+    if args.plot and not args.plot.endswith(".svg"):
+        parser.error("--plot writes SVG: give a FILE ending in .svg")
+    old = None
+    if args.compare:
+        with open(args.compare) as f:
+            old = json.load(f)
     settings = QUICK if args.quick else DEFAULT
     if args.n is not None:
         if args.n < 1:
@@ -781,13 +867,27 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(**{**settings.__dict__, "n": args.n})
     if args.drain_mib is not None:
         settings = Settings(**{**settings.__dict__, "drain_bytes": args.drain_mib * MiB})
-    report, table, note = trio.run(bench, settings, args.plot)
+    if args.load:
+        with open(args.load) as f:
+            report = json.load(f)
+        # Judged by this revision's targets.
+        report["targets"] = targets(report["latency_ms"], report["throughput"], report["drain"])
+    else:
+        report = trio.run(bench, settings)
+    if old is not None:
+        report["compare"] = {"against": args.compare, "ratios": compare(report, old)}
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump(report, f, indent=1, sort_keys=True)
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
     else:
-        print(table)
-    if note:
-        log(note)
+        print(render(report))
+        if old is not None:
+            print()
+            print(render_compare(report["compare"]["ratios"], args.compare))
+    if args.plot:
+        log(plot(args.plot, report))
     return 0
 
 

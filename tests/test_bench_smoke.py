@@ -10,7 +10,10 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_DIR = os.path.join(ROOT, "benchmarks")
@@ -19,9 +22,9 @@ ALWAYS = ("bare", "trunner_cold", "cat", "python_floor")
 CONCURRENCY = ("1", "2", "4", "8", "16")
 
 
-def run_quick_json(script: str) -> dict[str, Any]:
+def run_quick_json(script: str, *args: str) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, os.path.join(BENCH_DIR, script), "--quick", "--json"],
+        [sys.executable, os.path.join(BENCH_DIR, script), "--quick", "--json", *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         timeout=TIMEOUT_S,
@@ -56,8 +59,12 @@ def check_latency(name: str, fig: dict[str, Any]) -> None:
     assert child is None or non_negative(child), (name, child)
 
 
-def test_spawn_latency_quick_reports_every_figure() -> None:
-    report = run_quick_json("spawn_latency.py")
+def test_spawn_latency_quick_reports_every_figure(tmp_path: Path) -> None:
+    saved, svg = tmp_path / "run.json", tmp_path / "cdf.svg"
+    report = run_quick_json("spawn_latency.py", "--save", str(saved), "--plot", str(svg))
+    assert json.loads(saved.read_text()) == report
+    check_plot(svg, report)
+    check_compare(saved, tmp_path)
     assert {"meta", "latency_ms", "unavailable", "throughput", "parent_cpu_ms_per_inv",
             "drain", "targets"} <= set(report)
     assert positive(report["meta"]["elapsed_s"])
@@ -99,12 +106,43 @@ def test_spawn_latency_quick_reports_every_figure() -> None:
 
     targets = report["targets"]
     assert set(targets) == {"cold_jail_overhead", "prewarmed_vs_bare", "prewarmed_vs_bwrap",
-                            "concurrency_scaling", "drain_vs_pipe"}
+                            "concurrency_scaling", "drain_vs_pipe", "cold_vs_floor",
+                            "child_cpu_vs_floor"}
     for name, t in targets.items():
         assert t["status"] in ("PASS", "MISS", "n/a"), (name, t)
         assert (t["value"] is None) == (t["status"] == "n/a"), (name, t)
-    for name in ("cold_jail_overhead", "concurrency_scaling", "drain_vs_pipe"):
+    for name in ("cold_jail_overhead", "concurrency_scaling", "drain_vs_pipe", "cold_vs_floor",
+                 "child_cpu_vs_floor"):
         assert positive(targets[name]["value"]), (name, targets[name])
+
+
+def check_plot(svg: Path, report: dict[str, Any]) -> None:
+    """The CDF is an SVG with one line per measured variant (no matplotlib)."""
+    from xml.etree import ElementTree
+
+    root = ElementTree.parse(svg).getroot()
+    lines = root.findall("{http://www.w3.org/2000/svg}polyline")
+    measured = [name for name, fig in report["latency_ms"].items() if fig is not None]
+    assert len(lines) == len(measured) == len(report["samples_ms"])
+
+
+def check_compare(saved: Path, tmp_path: Path) -> None:
+    """--from a saved run, --compare against itself: every ratio is 1."""
+    args = ["--from", str(saved), "--compare", str(saved)]
+    report = run_quick_json("spawn_latency.py", *args)
+    ratios = report["compare"]["ratios"]
+    seen = [r for fig in ratios["latency"].values() for r in fig.values() if r is not None]
+    seen += [r for fig in ratios["throughput"].values() for r in fig.values() if r is not None]
+    seen += [r for r in ratios["drain"].values() if r is not None]
+    assert len(seen) > 20
+    assert all(math.isclose(r, 1.0) for r in seen), ratios
+    assert ratios["cold_c4_vs_old"]["status"] == "MISS"  # 1.0 against itself
+    table = subprocess.run(
+        [sys.executable, os.path.join(BENCH_DIR, "spawn_latency.py"), *args],
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=True, cwd=tmp_path,
+    ).stdout
+    assert "cold_c4_vs_old" in table
+    assert "invocations/s at concurrency" in table
 
 
 def test_helper_steps_quick_reports_every_figure() -> None:

@@ -25,6 +25,7 @@ from trunner import (
     Reason,
     Runner,
     RunnerError,
+    exec_mode,
     workdir,
 )
 from trunner.protocol import (
@@ -196,15 +197,15 @@ def test_reading_a_collected_path_refuses_a_swapped_in_symlink(
     (work / "real").mkdir(parents=True)
     (work / "real" / "secret").write_bytes(b"mine")
     monkeypatch.chdir(work)
-    assert workdir._read_no_follow("real/secret", 100) == b"mine"
+    assert exec_mode._read_no_follow("real/secret", 100) == b"mine"
     (work / "real" / "secret").unlink()
     (work / "real").rmdir()
     (work / "real").symlink_to(tmp_path / "outside")
-    assert workdir._read_no_follow("real/secret", 100) is None
+    assert exec_mode._read_no_follow("real/secret", 100) is None
     (work / "file").symlink_to(tmp_path / "outside" / "secret")
-    assert workdir._read_no_follow("file", 100) is None
+    assert exec_mode._read_no_follow("file", 100) is None
     os.mkfifo(work / "fifo")
-    assert workdir._read_no_follow("fifo", 100) is None  # and does not block
+    assert exec_mode._read_no_follow("fifo", 100) is None  # and does not block
 
 
 def test_collect_walks_deeper_than_the_recursion_limit(
@@ -218,8 +219,8 @@ def test_collect_walks_deeper_than_the_recursion_limit(
         for d in dirs:
             os.mkdir(d)
         (tmp_path / deepest).write_bytes(b"deep")
-        files, unmatched = workdir.collect(["**/f", "**/**/nope"], 100)
-        assert [(f.path, f.data) for f in files] == [(deepest, b"deep")]
+        files, unmatched = exec_mode.collect(["**/f", "**/**/nope"], 100)
+        assert [(f["path"], f["data"]) for f in files] == [(deepest, b"deep")]
         assert unmatched == ["**/**/nope"]
     finally:
         with contextlib.suppress(FileNotFoundError):

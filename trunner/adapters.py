@@ -1,67 +1,73 @@
 """Adapter modes: read one request frame from stdin, write one response frame.
 
-Built in: `echo` (returns its request) and `exec` (places files, runs an
-argv inside the same jail, collects files). A user mode is a
-`package.module:function` spec. An exception exits 1 with its traceback on
-stderr and no frame. After the frame is written the process leaves with
+Built in: `echo` (returns its request) and `exec` (exec_mode.py). They read
+and write with wire.py, a standard-library codec, so a jailed built-in
+adapter imports neither msgspec nor typing (it starts as `python -I -S`,
+see `adapter_argv`). A user mode, a `package.module:function` spec, gets
+msgspec, imported only then, so it may return anything msgspec encodes
+(Structs, dataclasses, datetimes). An exception exits 1 with its traceback
+on stderr and no frame. After the frame is written the process leaves with
 `os._exit(0)`, skipping interpreter teardown.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
-from typing import TYPE_CHECKING, Any
 
-import msgspec
+from trunner.wire import HEADER_BYTES, frame, unpack
 
-from trunner.protocol import HEADER_BYTES, ExecRequest, ExecResult, encode_frame
-
+TYPE_CHECKING = False  # not from typing: importing it costs the adapter ~5 ms
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from trunner.protocol import CollectedFile
 
 BUILTIN_MODES = ("echo", "exec")
 
 
-def echo(request: Any) -> Any:  # noqa: ANN401
+def echo(request: object) -> object:
     return request
 
 
 def serve(mode: str) -> int:
     """Serve one request in `mode`. Returns only on a usage error."""
     try:
-        fn, request_type = _resolve(mode)
+        handle = _resolve(mode)
     except (ImportError, AttributeError, ValueError) as e:
         sys.stderr.write(f"trunner-worker: unknown mode {mode!r}: {e}\n")
         return 2
     try:
-        request = msgspec.msgpack.decode(_read_request(), type=request_type)
-        frame = encode_frame(fn(request))
+        reply = handle(_read_request())
     except BaseException:
         import traceback
 
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
-    _write_all(1, frame)
+    _write_all(1, reply)
     os._exit(0)
 
 
-def _resolve(mode: str) -> tuple[Callable[[Any], Any], Any]:
+def _resolve(mode: str) -> Callable[[bytes], bytes]:
+    """How `mode` turns a request body into a reply frame."""
     if mode == "echo":
-        return echo, Any
+        return lambda body: frame(echo(unpack(body)))
     if mode == "exec":
-        return run_exec, ExecRequest
+        from trunner.exec_mode import run_exec
+
+        return lambda body: frame(run_exec(unpack(body)))
     module, sep, attr = mode.partition(":")
     if not sep or not module or not attr:
         raise ValueError("expected 'echo', 'exec' or 'package.module:function'")
+    import importlib
+
     fn = getattr(importlib.import_module(module), attr)
     if not callable(fn):
         raise ValueError(f"{mode} is not callable")
-    return fn, Any
+    import msgspec
+
+    from trunner.protocol import encode_frame
+
+    return lambda body: encode_frame(fn(msgspec.msgpack.decode(body)))
 
 
 def _read_exact(fd: int, n: int) -> bytes:
@@ -84,80 +90,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def run_exec(request: ExecRequest) -> ExecResult:
-    """Place `request.files`, run `request.argv` in this jail, capture its
-    output, bounded, then collect the files `request.collect` matches.
-
-    When a stream crosses its cap the program is killed and the reply holds
-    that stream's first cap + 1 bytes: the parent sees the cap crossed and
-    reports `stdout_cap` / `stderr_cap`, never the output. Collected files
-    share what is left of the stdout cap, with the same rule
-    (workdir.collect).
-    """
-    import selectors
-    import subprocess
-    import time
-
-    from trunner import workdir
-
-    workdir.place(request.files)
-    began = time.monotonic()
-    proc = subprocess.Popen(
-        request.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    assert proc.stdin
-    assert proc.stdout
-    assert proc.stderr
-    caps = {proc.stdout.fileno(): request.stdout_max_bytes,
-            proc.stderr.fileno(): request.stderr_max_bytes}
-    bufs: dict[int, bytearray] = {fd: bytearray() for fd in caps}
-    pending = memoryview(request.stdin)
-    with selectors.DefaultSelector() as sel:
-        for fd in caps:
-            sel.register(fd, selectors.EVENT_READ)
-        if pending:
-            sel.register(proc.stdin.fileno(), selectors.EVENT_WRITE)
-        else:
-            proc.stdin.close()
-        crossed = False
-        while sel.get_map() and not crossed:
-            for key, _ in sel.select():
-                fd = key.fd
-                if fd not in caps:
-                    try:
-                        pending = pending[os.write(fd, pending[: 1 << 16]) :]
-                    except BrokenPipeError:
-                        pending = pending[:0]
-                    if not pending:
-                        sel.unregister(fd)
-                        proc.stdin.close()
-                    continue
-                buf = bufs[fd]
-                chunk = os.read(fd, min(1 << 16, caps[fd] + 1 - len(buf)))
-                if not chunk:
-                    sel.unregister(fd)
-                    continue
-                buf += chunk
-                if len(buf) > caps[fd]:
-                    proc.kill()
-                    crossed = True
-                    break
-    code = proc.wait()
-    elapsed = time.monotonic() - began
-    stdout = bytes(bufs[proc.stdout.fileno()])
-    files: list[CollectedFile] = []
-    unmatched: list[str] = []
-    if not crossed and request.collect:
-        files, unmatched = workdir.collect(request.collect,
-                                           request.stdout_max_bytes - len(stdout))
-    return ExecResult(
-        exit_code=code if code >= 0 else None,
-        signal=-code if code < 0 else None,
-        stdout=stdout,
-        stderr=bytes(bufs[proc.stderr.fileno()]),
-        files=files,
-        unmatched=unmatched,
-        elapsed_s=elapsed,
-    )

@@ -18,6 +18,7 @@ import trio
 from trunner import invocation
 from trunner.errors import RunnerError
 from trunner.protocol import ExecFile, ExecResult, encode_frame
+from trunner.worker import adapter_argv
 
 #: Pause before retrying a refill that could not spawn.
 REFILL_BACKOFF_S = 1.0
@@ -42,7 +43,8 @@ class WorkerPool:
             raise ValueError("idle_s must be positive")
         self._runner, self._limits = runner, limits
         self._caps = invocation.Caps.of(limits)
-        self._argv = (runner.worker, mode)
+        self._mode = mode
+        self._argv = adapter_argv(runner.worker, mode)
         self.size, self.idle_s = size, idle_s
         self._idle: deque[invocation.Started] = deque()
         self._last_use = 0.0
@@ -83,7 +85,7 @@ class WorkerPool:
     ) -> Result[Any]:
         """Serve `request` on a prewarmed worker (or a fresh one if none is
         ready). Same reasons, same verdict as `Runner.run`."""
-        if self._argv[1] == "exec":
+        if self._mode == "exec":
             raise RuntimeError("an exec pool serves `pool.exec(argv, ...)`, not `pool.run`")
         return await self._serve(request, self._caps, response_type)
 
@@ -95,7 +97,7 @@ class WorkerPool:
         the same checks, caps and verdict."""
         from trunner.runner import check_exec_caps, exec_request
 
-        if self._argv[1] != "exec":
+        if self._mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
         request, caps = exec_request(argv, stdin, files, collect, self._limits)
         result: Result[ExecResult] = await self._serve(request, caps, ExecResult)
@@ -112,15 +114,20 @@ class WorkerPool:
             frame = encode_frame(request)
             version = runner.rules_version(self._limits)
             self._last_use = trio.current_time()
-            self._wanted.set()
-            # A worker that died while idle (e.g. a refused setup) is served all the
-            # same, so the caller gets its real reason rather than a silent respawn.
-            if self._idle:
-                started = self._idle.popleft()
-            else:
-                started = await invocation.start(runner.backend, self._argv, self._limits,
-                                                 runner.temp_root)
-            outcome = await invocation.serve(started, frame, caps)
+            try:
+                # A worker that died while idle (e.g. a refused setup) is served all
+                # the same, so the caller gets its real reason, not a silent respawn.
+                if self._idle:
+                    started = self._idle.popleft()
+                else:
+                    started = await invocation.start(runner.backend, self._argv,
+                                                     self._limits, runner.temp_root)
+                outcome = await invocation.serve(started, frame, caps)
+            finally:
+                # Refill after the reply, not before: a new worker's start-up
+                # (helper, adapter imports: most of an invocation's CPU) would
+                # compete with this run for the CPU.
+                self._wanted.set()
             response = invocation.judge(outcome, runner.backend, caps.stdout_max_bytes,
                                         response_type)
         return invocation.Result(response, version)

@@ -1,7 +1,8 @@
 """The framed stdin/stdout protocol between the runner and a worker.
 
 Sans-IO: pure functions over bytes; never imports trio or os. A frame is a
-4-byte big-endian unsigned length, then that many bytes of msgpack (msgspec).
+4-byte big-endian unsigned length, then that many bytes of msgpack (msgspec
+here; a built-in adapter writes the same bytes with wire.py).
 The decoder takes a whole captured stdout and accepts exactly one complete
 frame and nothing after it; every other shape is a `RunnerError` with its
 own reason. The declared length is checked against the cap before anything
@@ -11,17 +12,22 @@ is sliced, so a hostile header never makes the parent allocate.
 from __future__ import annotations
 
 import functools
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
 from trunner.errors import Reason, RunnerError
+from trunner.wire import (
+    EXEC_COLLECT_MAX_FILES as EXEC_COLLECT_MAX_FILES,
+    EXEC_INPUT_MAX_BYTES as EXEC_INPUT_MAX_BYTES,
+    EXEC_INPUT_MAX_FILES as EXEC_INPUT_MAX_FILES,
+    EXEC_NAME_MAX_BYTES as EXEC_NAME_MAX_BYTES,
+    EXEC_PATH_MAX_BYTES as EXEC_PATH_MAX_BYTES,
+    HEADER_BYTES as HEADER_BYTES,
+    MAX_FRAME_BYTES as MAX_FRAME_BYTES,
+)
 
 T = TypeVar("T")
-
-HEADER_BYTES: Final = 4
-#: Largest body a 4-byte header can declare.
-MAX_FRAME_BYTES: Final = 2**32 - 1
 
 _ENCODER = msgspec.msgpack.Encoder()
 
@@ -101,17 +107,6 @@ def decode_single_frame(
         return _decoder(response_type).decode(body)  # type: ignore[arg-type, no-any-return]
     except (msgspec.DecodeError, RecursionError) as e:  # ValidationError is a DecodeError
         raise RunnerError(Reason.BAD_FRAME, f"bad frame body: {e}") from None
-
-
-#: Bounds of an `exec` request's files (refused before spawn) and of what it
-#: collects: all files' bytes and stdin together; files placed; files collected
-#: (and patterns); a path's UTF-8 bytes (Linux PATH_MAX less its NUL) and a
-#: name's (NAME_MAX).
-EXEC_INPUT_MAX_BYTES: Final = 64 * 1024 * 1024
-EXEC_INPUT_MAX_FILES: Final = 1024
-EXEC_COLLECT_MAX_FILES: Final = 1024
-EXEC_PATH_MAX_BYTES: Final = 4095
-EXEC_NAME_MAX_BYTES: Final = 255
 
 
 class ExecFile(msgspec.Struct, frozen=True, kw_only=True):

@@ -32,7 +32,7 @@ from trunner.protocol import (
     encode_frame,
     exec_frame_bytes,
 )
-from trunner.worker import locate_worker
+from trunner.worker import adapter_argv, locate_worker
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -161,7 +161,7 @@ class Runner:
             RunnerError: with any `Reason`; never with a partial result.
         """
         limits = self._limits(limits)
-        return await self._run((self.worker, self.resolve_mode(mode)), request, limits,
+        return await self._run(adapter_argv(self.worker, self.resolve_mode(mode)), request, limits,
                                invocation.Caps.of(limits), response_type)
 
     async def exec(
@@ -191,7 +191,7 @@ class Runner:
         limits = self._limits(limits)
         request, caps = exec_request(argv, stdin, files, collect, limits)
         result: Result[ExecResult] = await self._run(
-            (self.worker, "exec"), request, limits, caps, ExecResult)
+            adapter_argv(self.worker, "exec"), request, limits, caps, ExecResult)
         check_exec_caps(result.response, limits)
         return result
 

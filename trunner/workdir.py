@@ -1,25 +1,15 @@
 """Files into and out of the `exec` working dir (the jail dir).
 
 Parent side, pure: `check_files` and `check_patterns` normalise the paths
-and refuse bad input with `bad_request` before anything is spawned. Worker
-side: `place` writes the files before the program starts; `collect` finds
-the regular files the patterns match after it exits and reads them within
-what is left of the stdout cap. Collection never follows a symlink: the
-tree is walked without following links, and each file is opened one
-component at a time with `O_NOFOLLOW`, so a link swapped in by a process
-still running cannot lead it out of the working dir.
-
-Patterns: `*`, `?` and `[...]` match within one path segment (dotfiles
-included), a `**` segment matches any number of directories. Names that
-are not UTF-8, and paths longer than `EXEC_PATH_MAX_BYTES`, never match.
+and refuse bad input with `bad_request` before anything is spawned;
+`check_collected` checks a reply's files. The worker side (placing the
+files, matching and reading what is collected) is exec_mode.py, which the
+jailed adapter imports without msgspec.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import os
-import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from trunner.errors import Reason, RunnerError
 from trunner.protocol import (
@@ -131,145 +121,3 @@ def check_collected(files: list[CollectedFile]) -> bool:
         return all(normal_path(p) == p for p in paths)
     except RunnerError:
         return False
-
-
-# -- worker side -------------------------------------------------------------------
-
-
-def place(files: Mapping[str, ExecFile]) -> None:
-    """Write `files` into the working dir (the cwd), making parent dirs. The
-    exec bit comes from the mode at creation: chmod is denied in the jail."""
-    old = os.umask(0o022)
-    try:
-        for path, file in files.items():
-            parent = os.path.dirname(path)
-            if parent:
-                os.makedirs(parent, mode=0o755, exist_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(path, flags, 0o755 if file.executable else 0o644)
-            try:
-                view = memoryview(file.data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-    finally:
-        os.umask(old)
-
-
-def collect(patterns: Sequence[str], budget: int) -> tuple[list[CollectedFile], list[str]]:
-    """The regular files `patterns` match (sorted by path, each once) and the
-    patterns that matched none. Reading stops past `budget` bytes or
-    `EXEC_COLLECT_MAX_FILES` files: the last file is then cut one byte past
-    the budget, or one file too many is listed, and the parent fails the
-    run with `stdout_cap`; it never returns a cut file."""
-    found: set[str] = set()
-    unmatched = []
-    for pattern in patterns:
-        matched = False
-        segments = pattern.split("/")
-        # `**/**` is `**`: collapse runs, which would only repeat the walk.
-        segments = [g for i, g in enumerate(segments) if g != "**" or segments[i - 1 : i] != [g]]
-        for path in _match(segments):
-            matched = True
-            found.add(path)
-            if len(found) > EXEC_COLLECT_MAX_FILES:
-                break
-        if not matched:
-            unmatched.append(pattern)
-        if len(found) > EXEC_COLLECT_MAX_FILES:
-            break
-    out = []
-    for path in sorted(found):
-        data = _read_no_follow(path, budget + 1)
-        if data is None:  # gone, or no longer a regular file
-            continue
-        out.append(CollectedFile(path=path, size=len(data), data=data))
-        budget -= len(data)
-        if budget < 0:
-            break
-    return out, unmatched
-
-
-def _match(segments: list[str]) -> Iterator[str]:
-    """Paths of regular files that `segments` match, walked with a stack
-    (no recursion, whatever the depth); symlinks are neither matched nor
-    entered."""
-    stack = [("", segments)]
-    while stack:
-        prefix, segs = stack.pop()  # prefix: '' or a directory path ending '/'
-        seg, rest = segs[0], segs[1:]
-        if seg == "**":
-            if rest:
-                stack.append((prefix, rest))
-            for entry in _entries(prefix):
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((f"{prefix}{entry.name}/", segs))
-                elif not rest and entry.is_file(follow_symlinks=False):
-                    yield prefix + entry.name
-            continue
-        if any(c in seg for c in "*?["):
-            names = [e.name for e in _entries(prefix) if fnmatch.fnmatchcase(e.name, seg)]
-        else:
-            names = [seg]
-        for name in names:
-            path = prefix + name
-            try:
-                mode = os.lstat(path).st_mode
-            except (OSError, ValueError):
-                continue
-            if rest and stat.S_ISDIR(mode):
-                stack.append((path + "/", rest))
-            elif not rest and stat.S_ISREG(mode) and _plain(path):
-                yield path
-
-
-def _entries(prefix: str) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(prefix or ".") as it:
-            return [e for e in it if _plain(prefix + e.name)]
-    except OSError:
-        return []
-
-
-def _plain(path: str) -> bool:
-    """A path that can travel back: UTF-8 and within the length bound."""
-    try:
-        return len(path.encode()) <= EXEC_PATH_MAX_BYTES
-    except UnicodeEncodeError:
-        return False
-
-
-def _read_no_follow(path: str, most: int) -> bytes | None:
-    """Up to `most` bytes of the regular file at `path`, opened one component
-    at a time, each with O_NOFOLLOW; None if any component is a symlink, a
-    non-directory, or the file is not regular."""
-    parts = path.split("/")
-    nofollow = os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        dir_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        for name in parts[:-1]:
-            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=dir_fd)
-            os.close(dir_fd)
-            dir_fd = fd
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | nofollow, dir_fd=dir_fd)
-    except OSError:
-        return None
-    finally:
-        os.close(dir_fd)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, left = [], most
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)

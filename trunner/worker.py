@@ -29,6 +29,23 @@ def main(argv: list[str] | None = None) -> int:
     return adapters.serve(argv[1])
 
 
+def adapter_argv(worker: str, mode: str) -> tuple[str, ...]:
+    """The adapter stage's argv for `mode`.
+
+    A built-in mode needs only the standard library and trunner, so a Python
+    worker runs it as the helper runs: `python -I -S WORKER --path DIR MODE`
+    (no site, no .pth files). A user mode keeps site-packages and
+    PYTHONPATH, where its code is found: `WORKER MODE`.
+    """
+    if mode in ("echo", "exec"):
+        from trunner.linux.backend import helper_launch
+
+        launch = helper_launch(worker)
+        if len(launch) > 1:
+            return (*launch, mode)
+    return (worker, mode)
+
+
 def locate_worker() -> str:
     """The worker binary beside the current executable, or one directory up
     (an installed layout and a build tree).
