@@ -133,7 +133,7 @@ class BenchBackend(LinuxBackend):
             cmd = real.command
             if self.rewrite is not None:
                 cmd = dataclasses.replace(cmd, argv=self.rewrite(cmd.argv))
-            jail = TimedJail(cmd, real.cgroup, at=self.at)
+            jail = TimedJail(cmd, real.cgroups, real.memory_cgroup, at=self.at)
         self.at["opened"] = now()
         return jail
 
