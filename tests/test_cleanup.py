@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -19,13 +20,13 @@ import trio
 
 import trunner.cleanup
 from conftest import group_alive, is_alive
+from support import jailed_under
 from trunner import Reason, Runner, RunnerError
-from trunner.cleanup import remove_tree
+from trunner.cleanup import make_jail_dir, remove_jail_dir, remove_tree
 from trunner.linux import watchdog
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 MiB = 1024 * 1024
 
@@ -193,10 +194,12 @@ async def test_symlink_out_of_the_jail_leaves_its_target(
 
 
 async def test_the_event_loop_runs_while_a_big_tree_is_removed(
-    runner: Runner, jail_root: Path, monkeypatch: pytest.MonkeyPatch
+    jail_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A child leaves 30,000 files; while they are removed, another task
-    keeps ticking (the removal runs in a thread, not on the trio thread)."""
+    """A jail dir holding 30,000 files (a jail writes to its own scratch
+    tmpfs now, so the test fills the dir itself); while they are removed,
+    another task keeps ticking (the removal runs in a thread, not on the
+    trio thread)."""
     spans: list[tuple[float, float]] = []
 
     def timed_remove_tree(path: str) -> bool:
@@ -207,6 +210,11 @@ async def test_the_event_loop_runs_while_a_big_tree_is_removed(
             spans.append((start, time.monotonic()))
 
     monkeypatch.setattr(trunner.cleanup, "remove_tree", timed_remove_tree)
+    jail_dir = make_jail_dir(str(jail_root))
+    for d in range(30):
+        os.mkdir(os.path.join(jail_dir, str(d)))
+        for f in range(1000):
+            open(os.path.join(jail_dir, str(d), str(f)), "w").close()  # noqa: ASYNC230
     ticks: list[float] = []
 
     async def tick() -> None:
@@ -216,16 +224,9 @@ async def test_the_event_loop_runs_while_a_big_tree_is_removed(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(tick)
-        result = await run_code(runner, """
-            import os
-            for d in range(30):
-                os.mkdir(str(d))
-                for f in range(1000):
-                    open(f"{d}/{f}", "w").close()
-            result = "made"
-        """, limits=runner.limits.replace(wall_time_s=60))
+        gone = await remove_jail_dir(jail_dir)
         nursery.cancel_scope.cancel()
-    assert result == "made"
+    assert gone
     assert list(jail_root.iterdir()) == []
     [(start, end)] = spans
     during = [t for t in ticks if start <= t <= end]
@@ -266,14 +267,18 @@ def immutable(jail_root: Path, tmp_path: Path) -> Iterator[list[Path]]:
 
 
 async def _make_stuck(jail_root: Path, made: list[Path]) -> None:
-    """Wait for the child's `stuck` file, make it immutable, then say go."""
+    """Once the child made its `stuck` (in its scratch), put an immutable
+    `stuck` in its host jail dir, then say go (through the jail's cwd)."""
     with trio.fail_after(30):
-        while not (found := list(jail_root.glob("*/stuck"))):  # noqa: ASYNC110  polls the jail
+        while not (found := [p for p in jailed_under(str(jail_root))  # noqa: ASYNC110
+                             if os.path.exists(f"/proc/{p}/cwd/stuck")]):
             await trio.sleep(0.005)
-    [stuck] = found
+    [jail_dir] = jail_root.iterdir()
+    stuck = jail_dir / "stuck"
+    stuck.touch()
     await trio.run_process(["chattr", "+i", str(stuck)])  # check=True is its default
     made.append(stuck)
-    (stuck.parent / "go").touch()
+    Path(f"/proc/{found[0]}/cwd/go").touch()
 
 
 @pytest.mark.parametrize(

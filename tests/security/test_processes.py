@@ -242,10 +242,10 @@ async def test_a_descendant_slow_to_die_is_dead_when_run_returns(runner: Runner)
             os._exit(0)
         os.wait()
         os.close(w)
-        result = int(os.read(r, 32))
+        result = [int(os.read(r, 32)), os.readlink("/proc/self/ns/pid")]
     """)
-    assert isinstance(result, int)
-    assert not is_alive(result)
+    assert isinstance(result[0], int)
+    assert pid_namespace_members(result[1]) == []  # the grandchild too, in the jail's pids
 
 
 async def test_execute_setuid_binary(runner: Runner) -> None:
