@@ -23,6 +23,7 @@ from trunner import (
     locate_worker,
     runner as runner_module,
 )
+from trunner.jail import HostSupport, ProcessLimit
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -219,9 +220,7 @@ def test_doctor_reports_each_layer_in_json_and_text() -> None:
     assert lines["provider_profile"] == "can run"
 
 
-def _host(abi: int, namespaces: tuple[str, ...]) -> Any:  # noqa: ANN401
-    from trunner.jail import HostSupport, ProcessLimit
-
+def _host(abi: int, namespaces: tuple[str, ...]) -> HostSupport:
     return HostSupport(platform="linux", is_root=False, uid=1000, gid=1000, landlock_abi=abi,
                        seccomp_filter=True, user_namespaces=True, network_namespaces=True,
                        process_limit=ProcessLimit("rlimit_nproc"), namespaces=namespaces)
