@@ -4,6 +4,14 @@ Pure: the masks each ABI handles, and `plan_ruleset`, which turns path
 groups into a `LandlockRuleset` (a frozen msgspec Struct) that handles every
 right the ABI knows, so anything not granted is denied. The helper applies
 it through `trunner.linux.install.restrict_filesystem`, with ints only.
+
+Every ABI from 1 is used (the kernel's, capped at KNOWN_ABI). `FEATURES`
+says, for each feature an older ABI lacks, which layer of the jail covers
+it: the network namespace for TCP rules (ABI 4) and the abstract-socket
+scope (ABI 6), the PID namespace for the signal scope (ABI 6), the
+read-only binds and the minimal /dev for truncate (ABI 3) and device ioctls
+(ABI 5). A profile sharing the host network has no such cover: it needs
+`HOST_NETWORK_FEATURES` (`host_network_refusal`).
 """
 
 from collections.abc import Iterable
