@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -13,9 +13,9 @@ import pytest
 from support import group_alive as group_alive, is_alive as is_alive
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping, Sequence
 
-    from trunner import Runner
+    from trunner import Limits, Runner
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -81,10 +81,57 @@ def no_leaks(jail_root: Path) -> Iterator[None]:
     assert cgroup_dirs() == cgroups, "a cgroup was left behind"
 
 
+#: Test-only knob: cap the Landlock ABI the jail uses (as on an older kernel).
+#: `.ci/run` runs tests/security with it at 1, 3, 4 and 6.
+LANDLOCK_ABI_VAR = "TRUNNER_TEST_LANDLOCK_ABI"
+
+
+def landlock_cap() -> int | None:
+    """The Landlock ABI cap of this test run (TRUNNER_TEST_LANDLOCK_ABI), or None."""
+    value = os.environ.get(LANDLOCK_ABI_VAR, "")
+    return int(value) if value else None
+
+
+def landlock_abi_in_force() -> int:
+    """The ABI the test runners' jails use: the cap, else the kernel's (at most the
+    highest trunner knows)."""
+    from trunner.linux.backend import probe_host
+    from trunner.linux.landlock import KNOWN_ABI
+
+    cap = landlock_cap()
+    return min(probe_host().landlock_abi if cap is None else cap, KNOWN_ABI)
+
+
+def make_runner(
+    *,
+    import_paths: Sequence[str] = (),
+    temp_root: str | None = None,
+    limits: Limits | None = None,
+    provider: Mapping[str, Any] | None = None,
+) -> Runner:
+    """A `Runner` as a caller builds one, at the test run's Landlock ABI cap."""
+    from trunner import Runner
+    from trunner.linux.backend import LinuxBackend
+    from trunner.profile import DEFAULT_PROFILE, provider_profile
+    from trunner.worker import locate_worker
+
+    cap = landlock_cap()
+    if cap is None:
+        return Runner(import_paths=import_paths, temp_root=temp_root, limits=limits,
+                      provider=provider)
+    backend = LinuxBackend(
+        locate_worker(),
+        import_paths=tuple(os.path.abspath(p) for p in import_paths),
+        profile=DEFAULT_PROFILE if provider is None else provider_profile(provider),
+        landlock_abi=cap,
+    )
+    return Runner(temp_root=temp_root, limits=limits, backend=backend)
+
+
 @pytest.fixture
 def runner(jail_root: Path) -> Runner:
-    from trunner import Limits, Runner
+    from trunner import Limits
 
-    return Runner(
+    return make_runner(
         import_paths=[TESTS_DIR], temp_root=str(jail_root), limits=Limits(wall_time_s=20.0)
     )

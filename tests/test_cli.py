@@ -8,14 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
 import trio.testing
 
 from conftest import TESTS_DIR, group_alive, is_alive, watch_children
-from support import jailed_under
 from trunner import (
     Reason,
     Runner,
@@ -24,6 +23,7 @@ from trunner import (
     locate_worker,
     runner as runner_module,
 )
+from trunner.jail import HostSupport, ProcessLimit
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -87,15 +87,26 @@ async def test_entry_point_modes_resolve_and_run(
 # -- SIGTERM and SIGINT: cancellation, cleanup, 128+signal ---------------------
 
 
-def _jailed_sleep(root: Path) -> int | None:
-    """The pid of a `sleep` jailed from a jail dir under `root`, if one runs."""
-    for pid in jailed_under(str(root)):
+def _jailed_sleep(cli_pid: int) -> int | None:
+    """The pid of a `sleep` descended from the CLI `cli_pid`, if one runs (its cwd
+    and pid inside are the jail's own: found by ancestry)."""
+    parents: dict[int, int] = {}
+    sleeps: list[int] = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() == "sleep" and is_alive(pid):
-                    return pid
+            with open(f"/proc/{entry}/stat") as f:
+                comm, rest = f.read().rsplit(")", 1)
         except OSError:
             continue
+        parents[int(entry)] = int(rest.split()[1])
+        if comm.endswith("(sleep"):
+            sleeps.append(int(entry))
+    for pid in sleeps:
+        ancestor = pid
+        while ancestor > 1 and ancestor != cli_pid:
+            ancestor = parents.get(ancestor, 0)
+        if ancestor == cli_pid and is_alive(pid):
+            return pid
     return None
 
 
@@ -112,7 +123,7 @@ async def test_a_signalled_cli_cleans_up_and_exits_128_plus_the_signal(
     )
     try:
         with trio.fail_after(60):
-            while (sleeper := _jailed_sleep(jail_root)) is None:
+            while (sleeper := _jailed_sleep(cli.pid)) is None:
                 assert cli.poll() is None, cli.stderr.read() if cli.stderr else ""
                 await trio.sleep(0.005)
         cli.send_signal(sig)
@@ -173,3 +184,86 @@ async def test_cancel_on_signals_around_a_body_that_never_checkpoints() -> None:
     await trio.testing.wait_all_tasks_blocked()  # the watcher has run and ended
     assert stop.signal is None
     assert not stop.cancel_scope.cancelled_caught
+
+
+# -- doctor: layer by layer ---------------------------------------------------------
+
+HOST_KEYS = ("platform", "is_root", "uid", "gid", "landlock_abi", "seccomp_filter",
+             "user_namespaces", "network_namespaces", "process_limit", "refusal",
+             "refusal_detail", "rules_version", "worker", "can_run")
+LAYERS = {"namespaces", "landlock", "seccomp", "process_limit", "provider_profile"}
+
+
+def test_doctor_reports_each_layer_in_json_and_text() -> None:
+    from trunner.linux.install import landlock_abi
+    from trunner.linux.landlock import KNOWN_ABI, features_for_abi
+
+    code, out = cli("doctor", "--json")
+    assert code == 0
+    assert set(HOST_KEYS) <= set(out)
+    layers: Any = out["layers"]
+    assert set(layers) == LAYERS
+    assert [name for name, layer in layers.items() if not layer["holds"]] == []
+    kernel = landlock_abi()
+    landlock = layers["landlock"]
+    assert landlock["kernel_abi"] == out["landlock_abi"] == kernel
+    assert landlock["abi_used"] == min(kernel, KNOWN_ABI)
+    assert landlock["features"] == features_for_abi(min(kernel, KNOWN_ABI))
+    assert layers["namespaces"]["available"] == ["user", "net", "mount", "pid", "ipc", "uts"]
+    text = subprocess.run([TRUNNER, "doctor"], capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0, text.stderr
+    lines = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip()
+             for line in text.stdout.splitlines() if ":" in line}
+    assert lines["can_run"] == "True"
+    assert lines["landlock"].startswith(f"holds: ABI {min(kernel, KNOWN_ABI)} in use")
+    assert lines["seccomp"] == "holds"
+    assert lines["provider_profile"] == "can run"
+
+
+def _host(abi: int, namespaces: tuple[str, ...]) -> HostSupport:
+    return HostSupport(platform="linux", is_root=False, uid=1000, gid=1000, landlock_abi=abi,
+                       seccomp_filter=True, user_namespaces=True, network_namespaces=True,
+                       process_limit=ProcessLimit("rlimit_nproc"), namespaces=namespaces)
+
+
+ALL_NS = ("user", "net", "mount", "pid", "ipc", "uts")
+SCOPES = ["scope_abstract_unix_socket", "scope_signal"]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "cap", "missing"),
+    [(7, None, []), (7, 6, []), (7, 4, ["ioctl_dev", *SCOPES]),
+     (3, None, ["tcp", "ioctl_dev", *SCOPES]),
+     (1, None, ["refer", "truncate", "tcp", "ioctl_dev", *SCOPES])],
+)
+def test_doctor_layers_name_what_covers_a_missing_feature(
+    kernel: int, cap: int | None, missing: list[str]
+) -> None:
+    """The pure report from plain host facts: older kernels (and caps) list each
+    Landlock feature they lack with the layer that covers it."""
+    from trunner.linux.backend import host_layers
+
+    layers = host_layers(_host(kernel, ALL_NS), cap)
+    landlock = layers["landlock"]
+    assert landlock["holds"]
+    assert landlock["abi_used"] == (cap or kernel)
+    assert list(landlock["covered_by_other_layers"]) == missing
+    assert [f for f, on in landlock["features"].items() if not on] == missing
+    provider = layers["provider_profile"]
+    assert provider["holds"] == ("tcp" not in missing
+                                 and "scope_abstract_unix_socket" not in missing)
+    if not provider["holds"]:
+        assert "needs " in provider["detail"]
+
+
+def test_doctor_layers_without_landlock_or_a_namespace() -> None:
+    from trunner.linux.backend import host_layers
+
+    layers = host_layers(_host(0, tuple(n for n in ALL_NS if n != "pid")))
+    assert layers["namespaces"] == {"holds": False, "available": ["user", "net", "mount", "ipc",
+                                                                  "uts"], "missing": ["pid"]}
+    assert not layers["landlock"]["holds"]
+    assert not any(layers["landlock"]["features"].values())
+    assert not layers["provider_profile"]["holds"]
+    # A cap above what the kernel has does not hold either.
+    assert not host_layers(_host(5, ALL_NS), 6)["landlock"]["holds"]

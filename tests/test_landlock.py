@@ -23,8 +23,10 @@ import trunner.linux.landlock as ll
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(ll.__file__)))
 KERNEL_ABI = install.landlock_abi()
 needs_landlock = pytest.mark.skipif(
-    KERNEL_ABI < ll.MIN_ABI, reason=f"kernel Landlock ABI {KERNEL_ABI} < {ll.MIN_ABI}"
+    KERNEL_ABI < ll.KNOWN_ABI, reason=f"kernel Landlock ABI {KERNEL_ABI} < {ll.KNOWN_ABI}"
 )
+#: The ABIs a real restrict is tried at (each a cap below this kernel's).
+CAPPED_ABIS = [abi for abi in range(1, ll.KNOWN_ABI + 1) if abi <= KERNEL_ABI]
 
 
 # ---------------------------------------------------------------------------
@@ -44,7 +46,7 @@ def test_constants_match_uapi() -> None:
     assert fs == [1 << i for i in range(16)]
     assert (ll.ACCESS_NET_BIND_TCP, ll.ACCESS_NET_CONNECT_TCP) == (1, 2)
     assert (ll.SCOPE_ABSTRACT_UNIX_SOCKET, ll.SCOPE_SIGNAL) == (1, 2)
-    assert (ll.MIN_ABI, ll.KNOWN_ABI) == (6, 7)
+    assert (ll.MIN_ABI, ll.KNOWN_ABI) == (1, 7)
 
 
 def test_struct_layouts() -> None:
@@ -110,14 +112,8 @@ def test_path_rule_access_file_vs_dir() -> None:
     assert ll.path_rule_access(ll.fs_access_for_abi(7), is_dir=False) == ll.ACCESS_FS_FILE
 
 
-def test_plan_rejects_old_abi() -> None:
-    with pytest.raises(ValueError, match="below the required minimum 6"):
-        ll.plan_ruleset(5, read_exec=[], read_only=[], read_write=[])
-
-
 def test_plan_abi4_has_net_but_no_scopes() -> None:
-    r = ll.plan_ruleset(4, read_exec=[], read_only=[], read_write=[],
-                        connect_tcp_ports=[443], min_abi=4)
+    r = ll.plan_ruleset(4, read_exec=[], read_only=[], read_write=[], connect_tcp_ports=[443])
     assert r.handled_fs == ll.fs_access_for_abi(4)
     assert r.handled_net == ll.ACCESS_NET_BIND_TCP | ll.ACCESS_NET_CONNECT_TCP
     assert r.scoped == 0
@@ -125,9 +121,91 @@ def test_plan_abi4_has_net_but_no_scopes() -> None:
 
 
 def test_plan_abi3_has_no_net_and_drops_ports() -> None:
-    r = ll.plan_ruleset(3, read_exec=[], read_only=[], read_write=[],
-                        connect_tcp_ports=[443], min_abi=1)
+    r = ll.plan_ruleset(3, read_exec=[], read_only=[], read_write=[], connect_tcp_ports=[443])
     assert (r.handled_net, r.scoped, r.port_rules) == (0, 0, ())
+
+
+#: Per ABI: (handled fs, rw rights beneath a dir, rw rights on a file, net, scopes).
+PER_ABI = {
+    1: (0x1FFF, 0x1FFF & ~0x840, 0x7, 0, 0),
+    2: (0x3FFF, 0x3FFF & ~0x840, 0x7, 0, 0),
+    3: (0x7FFF, 0x7FFF & ~0x840, 0x4007, 0, 0),
+    4: (0x7FFF, 0x7FFF & ~0x840, 0x4007, 3, 0),
+    5: (0xFFFF, 0x7FFF & ~0x840, 0x4007, 3, 0),
+    6: (0xFFFF, 0x7FFF & ~0x840, 0x4007, 3, 3),
+    7: (0xFFFF, 0x7FFF & ~0x840, 0x4007, 3, 3),
+}
+
+
+@pytest.mark.parametrize("abi", sorted(PER_ABI))
+def test_plan_per_abi(abi: int) -> None:
+    """Each ABI handles exactly its rights, and no rule grants a right it does not
+    handle (the kernel refuses such a rule with EINVAL)."""
+    fs, rw_dir, rw_file, net, scope = PER_ABI[abi]
+    r = ll.plan_ruleset(abi, read_exec=["/usr"], read_only=["/etc"], read_write=["/w"],
+                        connect_tcp_ports=[443])
+    assert (r.abi, r.handled_fs, r.handled_net, r.scoped) == (abi, fs, net, scope)
+    rules = dict(r.path_rules)
+    assert rules == {"/usr": 0b1101, "/etc": 0b1100, "/w": rw_dir}
+    for access in rules.values():
+        assert access & ~r.handled_fs == 0
+        assert ll.path_rule_access(access, is_dir=False) & ~r.handled_fs == 0
+    assert ll.path_rule_access(rw_dir, is_dir=False) == rw_file
+    assert r.port_rules == (((443, ll.ACCESS_NET_CONNECT_TCP),) if net else ())
+    dir_args = r.install_args()[4]
+    assert dir_args == [(p, a, ll.path_rule_access(a, is_dir=False))
+                        for p, a in sorted(rules.items())]
+
+
+@pytest.mark.parametrize("abi", sorted(PER_ABI))
+def test_features_per_abi(abi: int) -> None:
+    has = ll.features_for_abi(abi)
+    assert has == {
+        "filesystem": True, "refer": abi >= 2, "truncate": abi >= 3, "tcp": abi >= 4,
+        "ioctl_dev": abi >= 5, "scope_abstract_unix_socket": abi >= 6, "scope_signal": abi >= 6,
+    }
+    r = ll.plan_ruleset(abi, read_exec=[], read_only=[], read_write=[])
+    assert bool(r.handled_fs & ll.ACCESS_FS_REFER) == has["refer"]
+    assert bool(r.handled_fs & ll.ACCESS_FS_TRUNCATE) == has["truncate"]
+    assert bool(r.handled_fs & ll.ACCESS_FS_IOCTL_DEV) == has["ioctl_dev"]
+    assert bool(r.handled_net) == has["tcp"]
+    assert bool(r.scoped & ll.SCOPE_ABSTRACT_UNIX_SOCKET) == has["scope_abstract_unix_socket"]
+    assert bool(r.scoped & ll.SCOPE_SIGNAL) == has["scope_signal"]
+
+
+def test_every_feature_says_what_covers_it() -> None:
+    assert [f.abi for f in ll.FEATURES] == sorted(f.abi for f in ll.FEATURES)
+    assert {f.name for f in ll.FEATURES} >= set(ll.HOST_NETWORK_FEATURES)
+    covered = {f.name: f.without for f in ll.FEATURES}
+    assert "network namespace" in covered["tcp"]
+    assert "network namespace" in covered["scope_abstract_unix_socket"]
+    assert "PID namespace" in covered["scope_signal"]
+    assert "read-only binds" in covered["truncate"]
+    assert "minimal /dev" in covered["ioctl_dev"]
+
+
+@pytest.mark.parametrize(
+    ("abi", "missing"),
+    [(1, "tcp"), (3, "tcp"), (4, "scope_abstract_unix_socket"),
+     (5, "scope_abstract_unix_socket"), (6, None), (7, None), (12, None)],
+)
+def test_host_network_needs_tcp_rules_and_the_abstract_socket_scope(
+    abi: int, missing: str | None
+) -> None:
+    shortfall = ll.host_network_shortfall(abi)
+    assert (shortfall.name if shortfall else None) == missing
+    refusal = ll.host_network_refusal(abi)
+    if missing is None:
+        assert refusal is None
+        ll.plan_ruleset(abi, read_exec=[], read_only=[], read_write=[], host_network=True)
+        return
+    assert refusal is not None
+    assert f"needs {missing} (" in refusal
+    assert f"the ABI in use is {abi}" in refusal
+    with pytest.raises(ValueError, match=f"needs {missing}"):
+        ll.plan_ruleset(abi, read_exec=[], read_only=[], read_write=[], host_network=True)
+    # Its own network namespace covers both: any ABI plans.
+    ll.plan_ruleset(abi, read_exec=[], read_only=[], read_write=[])
 
 
 def test_plan_full() -> None:
@@ -243,7 +321,7 @@ def plan(**overrides):
     kw = dict(read_exec=cfg["rx"], read_only=cfg["ro"], read_write=cfg["rw"],
               connect_tcp_ports=cfg["ports"])
     kw.update(overrides)
-    return ll.plan_ruleset(inst.landlock_abi(), **kw)
+    return ll.plan_ruleset(cfg.get("abi") or inst.landlock_abi(), **kw)
 
 
 def read(path):
@@ -406,6 +484,46 @@ attempt("kernel_refuses_rule",
         lambda: restrict(plan(read_only=cfg["ro"] + [f"/proc/self/fd/{pipe_r}"])))
 attempt("still_unrestricted", lambda: read(cfg["secret"]))
 results["fds"] = [fds_before, sorted(os.listdir("/proc/self/fd"))]
+print(json.dumps(results))
+"""
+
+CAPPED_CHECKS = r"""
+set_nnp()
+restrict_self(plan())
+import fcntl, signal, socket, termios
+
+jail = cfg["jail"]
+os.mkdir(os.path.join(jail, "a"))
+os.mkdir(os.path.join(jail, "b"))
+write(os.path.join(jail, "a", "f"))
+attempt("read_secret", lambda: read(cfg["secret"]))
+attempt("rename_across_dirs",
+        lambda: os.rename(os.path.join(jail, "a", "f"), os.path.join(jail, "b", "f")))
+attempt("truncate_outside", lambda: os.truncate(cfg["victim"], 0))
+
+
+def tcp_connect(port):
+    with socket.socket() as s:
+        s.settimeout(5)
+        s.connect(("127.0.0.1", port))
+        return "connected"
+
+
+def abstract_connect():
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(cfg["abstract"].encode("latin-1"))
+        return "connected"
+
+
+def tty_ioctl():
+    with open("/dev/null", "rb") as f:
+        fcntl.ioctl(f.fileno(), termios.TCGETS, b"\0" * 64)
+
+
+attempt("connect_denied_port", lambda: tcp_connect(cfg["denied_port"]))
+attempt("ioctl_dev", tty_ioctl)
+attempt("abstract_connect", abstract_connect)
+attempt("kill_parent", lambda: os.kill(cfg["parent_pid"], 0))
 print(json.dumps(results))
 """
 
@@ -654,3 +772,54 @@ def test_missing_path_kills_the_child(env: Env) -> None:
     assert "SHOULD NOT BE REACHED" not in p.stdout
     assert f"[Errno {errno.ENOENT}]" in p.stderr
     assert f"landlock_add_rule({cfg['missing']})" in p.stderr
+
+
+@pytest.mark.parametrize("abi", CAPPED_ABIS)
+def test_restrict_at_a_capped_abi(env: Env, abi: int, tmp_path: Any) -> None:
+    """A real ruleset planned for `abi` (as on an older kernel) on this kernel: the
+    kernel accepts it (attr size, rights and rules of that ABI only) and enforces
+    exactly that ABI's features, no more: what it lacks gets through here, where
+    no namespace stands in (in a jail, tests/security asserts what does)."""
+    victim = tmp_path / "victim"
+    victim.write_text("host data")
+    victim.chmod(0o666)  # DAC lets anyone truncate it: only Landlock could refuse
+    tcp = _listener(socket.AF_INET, ("127.0.0.1", 0))
+    name = f"\0trunner-ll-capped-{uuid.uuid4().hex}"
+    abstract = _listener(socket.AF_UNIX, name.encode("latin-1"))
+    jail = tempfile.mkdtemp(prefix="trunner-ll-capped-")
+    try:
+        p = env.run(CAPPED_CHECKS, env.cfg(
+            abi=abi, jail=jail, rw=[jail, "/dev/null"], victim=str(victim),
+            denied_port=tcp.getsockname()[1], abstract=name,
+        ))
+        assert p.returncode == 0, p.stderr
+        res: Report = json.loads(p.stdout.splitlines()[-1])
+        tcp_pending, abstract_pending = _pending(tcp), _pending(abstract)
+    finally:
+        tcp.close()
+        abstract.close()
+        shutil.rmtree(jail, ignore_errors=True)
+    assert _err(res, "read_secret") == "EACCES"
+    if abi < 2:  # no REFER: every link or rename across directories is refused
+        assert _err(res, "rename_across_dirs") == "EXDEV"
+    else:
+        assert res["rename_across_dirs"] == {"ok": None}
+    if abi < 3:
+        assert res["truncate_outside"] == {"ok": None}
+        assert victim.read_text() == ""
+    else:
+        assert _err(res, "truncate_outside") == "EACCES"
+        assert victim.read_text() == "host data"
+    if abi < 4:
+        assert res["connect_denied_port"] == {"ok": "connected"}
+    else:
+        assert _err(res, "connect_denied_port") == "EACCES"
+    assert tcp_pending == (abi < 4)
+    assert _err(res, "ioctl_dev") == ("ENOTTY" if abi < 5 else "EACCES")
+    if abi < 6:
+        assert res["abstract_connect"] == {"ok": "connected"}
+        assert res["kill_parent"] == {"ok": None}
+    else:
+        assert _err(res, "abstract_connect") == "EPERM"
+        assert _err(res, "kill_parent") == "EPERM"
+    assert abstract_pending == (abi < 6)

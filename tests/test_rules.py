@@ -15,7 +15,7 @@ import pytest
 
 from conftest import TESTS_DIR, child_pids
 from support import run_code, syscall_denied
-from trunner import Limits, Runner, provider_profile_template_blake3
+from trunner import Limits, Reason, Runner, RunnerError, provider_profile_template_blake3
 from trunner.linux.backend import LinuxBackend, probe_host
 from trunner.linux.seccomp import DEFAULT_POLICY
 from trunner.profile import DEFAULT_PROFILE, PROVIDER_TEMPLATE, provider_profile
@@ -212,3 +212,39 @@ async def test_provider_still_denies_udp_unix_and_bind(jail_root: Path) -> None:
     for code in ("import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)",
                  "import socket; socket.socket(socket.AF_UNIX)"):
         await syscall_denied(runner, code, "socket")
+
+
+@pytest.mark.parametrize(("abi", "missing"), [(1, "tcp"), (3, "tcp"),
+                                              (4, "scope_abstract_unix_socket"),
+                                              (5, "scope_abstract_unix_socket"), (6, None)])
+def test_provider_needs_landlock_abi_6_and_says_why_before_spawn(
+    jail_root: Path, abi: int, missing: str | None
+) -> None:
+    """The provider shares the host network: no namespace covers TCP ports (ABI 4)
+    or abstract sockets (ABI 6) there. Below, `Runner()` refuses, naming the
+    feature, and the pure plan refuses too."""
+    from trunner.linux.plan import plan_jail
+
+    profile = provider_profile({"ports": [443]})
+    backend = LinuxBackend("trunner-worker", profile=profile, landlock_abi=abi)
+    if missing is None:
+        Runner(temp_root=str(jail_root), backend=backend)
+        return
+    with pytest.raises(RunnerError) as info:
+        Runner(temp_root=str(jail_root), backend=backend)
+    assert info.value.reason is Reason.SANDBOX_SETUP
+    assert info.value.detail.startswith("provider profile: landlock: ")
+    assert f"needs {missing} (" in info.value.detail
+    assert child_pids() == []
+    with pytest.raises(ValueError, match=f"needs {missing}"):
+        plan_jail(Limits(), probe_host(), profile, "/nonexistent", landlock_abi=abi)
+    # The default profile has its own network namespace: it runs at that ABI.
+    Runner(temp_root=str(jail_root), backend=LinuxBackend("trunner-worker", landlock_abi=abi))
+
+
+@pytest.mark.parametrize("abi", [1, 2, 3, 4, 5, 6])
+def test_the_abi_in_force_is_in_the_version(abi: int) -> None:
+    assert version(landlock_abi=abi) != version()
+    ruleset = LinuxBackend("trunner-worker", landlock_abi=abi).rules_document(Limits())[
+        "plan"]["landlock"]
+    assert ruleset.abi == abi

@@ -179,12 +179,47 @@ def _doctor(as_json: bool) -> int:
         report = {"refusal": e.reason.value, "refusal_detail": e.detail}
     ok = report.get("refusal") is None
     report["can_run"] = ok
+    layers: dict[str, dict[str, Any]] = {}
+    if sys.platform == "linux":
+        from trunner.linux.backend import host_layers, probe_host
+
+        layers = host_layers(probe_host())
+        report["layers"] = layers
     if as_json:
         _print(report)
     else:
         for key, value in report.items():
-            print(f"{key:>20}: {value}")
+            if key != "layers":
+                print(f"{key:>20}: {value}")
+        if layers:
+            print(f"{'layers':>20}: what holds on this host")
+        for name, layer in layers.items():
+            print(f"{name:>20}: {_layer_text(name, layer)}")
     return 0 if ok else 1
+
+
+def _layer_text(name: str, layer: dict[str, Any]) -> str:
+    """One layer of `doctor`, in words (more lines for what another layer covers)."""
+    state = "holds" if layer["holds"] else "DOES NOT HOLD"
+    if name == "namespaces":
+        missing = f"; disabled: {', '.join(layer['missing'])}" if layer["missing"] else ""
+        return f"{state}: {', '.join(layer['available'])}{missing}"
+    if name == "landlock":
+        has = [f for f, on in layer["features"].items() if on]
+        lines = [f"{state}: ABI {layer['abi_used']} in use (kernel {layer['kernel_abi']},"
+                 f" known up to {layer['known_abi']}): {', '.join(has) or 'nothing'}"]
+        lines += [f"{'':>22}without {f}: {covered}"
+                  for f, covered in layer["covered_by_other_layers"].items()]
+        return "\n".join(lines)
+    if name == "process_limit":
+        where = f" under {layer['cgroup_base']}" if layer["cgroup_base"] else ""
+        per_run = ", per run" if layer["per_run"] else ", per uid (kernel before 5.14)"
+        return f"{state}: {layer['kind']}{where}{per_run}"
+    if name in ("memory", "identity"):
+        return f"{state}: {layer['detail']}"
+    if name == "provider_profile":
+        return "can run" if layer["holds"] else f"refused: {layer['detail']}"
+    return state
 
 
 if __name__ == "__main__":

@@ -69,6 +69,9 @@ class HostSupport:
     memory_cgroup_base: str = ""
     refusal: Reason | None = None
     refusal_detail: str = ""
+    #: The namespace kinds this host lets a jail create (user, net, mount,
+    #: pid, ipc, uts).
+    namespaces: tuple[str, ...] = ()
 
     @property
     def can_run(self) -> bool:

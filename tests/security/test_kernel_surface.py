@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from conftest import TESTS_DIR, child_pids
+from conftest import TESTS_DIR, child_pids, make_runner
 from sec_helpers import run_code, syscall_denied
 from support import host_children
 from trunner import Limits, Runner
@@ -51,8 +51,8 @@ def victim(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def host_runner(jail_root: Path, victim: Path) -> Runner:
-    return Runner(import_paths=[TESTS_DIR, str(victim.parent)], temp_root=str(jail_root),
-                  limits=Limits(wall_time_s=20.0))
+    return make_runner(import_paths=[TESTS_DIR, str(victim.parent)], temp_root=str(jail_root),
+                       limits=Limits(wall_time_s=20.0))
 
 
 def _flags_and_version(path: Path) -> tuple[int, int]:

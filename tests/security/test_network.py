@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from conftest import TESTS_DIR, child_pids
+from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
 from sec_helpers import run_code, syscall_denied
-from trunner import Runner
+from trunner import Reason, Runner, RunnerError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -167,10 +167,34 @@ async def test_socketpair_of_inet_family(runner: Runner) -> None:
 PROVIDER_PORT = 9  # the allowed port: nothing listens on it
 
 
+def _provider(jail_root: Path) -> Runner:
+    return make_runner(import_paths=[TESTS_DIR], temp_root=str(jail_root),
+                       provider={"ports": [PROVIDER_PORT]})
+
+
+def test_provider_runs_only_where_landlock_covers_the_host_network(jail_root: Path) -> None:
+    """Sharing the host network, no namespace stands in for Landlock's TCP port rules
+    (ABI 4) or abstract-socket scope (ABI 6): below ABI 6 the provider profile is
+    refused before anything is spawned, naming the missing feature."""
+    abi = landlock_abi_in_force()
+    if abi >= 6:
+        _provider(jail_root)
+        return
+    with pytest.raises(RunnerError) as info:
+        _provider(jail_root)
+    assert info.value.reason is Reason.SANDBOX_SETUP
+    missing = "tcp" if abi < 4 else "scope_abstract_unix_socket"
+    assert f"needs {missing} (" in info.value.detail
+    assert f"the ABI in use is {abi}" in info.value.detail
+    assert child_pids() == []
+
+
 @pytest.fixture
 def provider(jail_root: Path) -> Runner:
-    return Runner(import_paths=[TESTS_DIR], temp_root=str(jail_root),
-                  provider={"ports": [PROVIDER_PORT]})
+    if landlock_abi_in_force() < 6:
+        # Asserted by test_provider_runs_only_where_landlock_covers_the_host_network.
+        pytest.skip(f"the provider profile is refused at Landlock ABI {landlock_abi_in_force()}")
+    return _provider(jail_root)
 
 
 async def test_provider_socket_protocols(provider: Runner) -> None:

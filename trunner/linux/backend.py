@@ -56,13 +56,19 @@ def kernel_version() -> tuple[int, int]:
         return (0, 0)
 
 
+#: Each namespace a jail unshares, and its /proc/sys/user/max_*_namespaces name.
+_NAMESPACE_SYSCTLS = (("user", "user"), ("net", "net"), ("mount", "mnt"), ("pid", "pid"),
+                      ("ipc", "ipc"), ("uts", "uts"))
+
+
 @functools.cache
 def probe_host() -> HostSupport:
     """What this kernel supports, probed once per process. Reads only."""
     is_root = os.getuid() == 0
     abi = install.landlock_abi()
-    userns = (cgroup.read_text("/proc/sys/user/max_user_namespaces") or "0") != "0"
-    netns = (cgroup.read_text("/proc/sys/user/max_net_namespaces") or "0") != "0"
+    enabled = {kind: (cgroup.read_text(f"/proc/sys/user/max_{sysctl}_namespaces") or "0") != "0"
+               for kind, sysctl in _NAMESPACE_SYSCTLS}
+    userns, netns = enabled["user"], enabled["net"]
     has_seccomp = _has_seccomp_filter()
     per_userns = kernel_version() >= (5, 14)
     limit, memory = None, ""
@@ -74,14 +80,19 @@ def probe_host() -> HostSupport:
             limit = ProcessLimit("pids_cgroup", base)
         memory = cgroup.find_base("memory") or ""
     refusal, detail = None, ""
+    disabled = [kind for kind, on in enabled.items() if not on]
     if abi < landlock.MIN_ABI:
         refusal, detail = Reason.SANDBOX_SETUP, (
             f"landlock ABI {abi} is below the required {landlock.MIN_ABI}"
+            " (Landlock is absent or disabled)"
         )
     elif not has_seccomp:
         refusal, detail = Reason.SANDBOX_SETUP, "seccomp filters are not available"
-    elif not (userns and netns):
-        refusal, detail = Reason.SANDBOX_SETUP, "user or network namespaces are disabled"
+    elif disabled:
+        refusal, detail = Reason.SANDBOX_SETUP, (
+            f"{', '.join(disabled)} namespaces are disabled"
+            f" (/proc/sys/user/max_*_namespaces is 0)"
+        )
     elif limit is None:
         refusal, detail = Reason.PROCESS_LIMIT_UNAVAILABLE, (
             "running as root, where RLIMIT_NPROC is not enforced, and no pids cgroup"
@@ -96,12 +107,71 @@ def probe_host() -> HostSupport:
         seccomp_filter=has_seccomp,
         user_namespaces=userns,
         network_namespaces=netns,
+        namespaces=tuple(kind for kind, on in enabled.items() if on),
         process_limit=limit,
         nproc_per_userns=per_userns,
         memory_cgroup_base=memory,
         refusal=refusal,
         refusal_detail=detail,
     )
+
+
+def host_layers(host: HostSupport, landlock_abi: int | None = None) -> dict[str, dict[str, Any]]:
+    """What holds on `host`, layer by layer (`trunner doctor`). Pure.
+
+    `landlock_abi` is a cap on the ABI used, as `LinuxBackend(landlock_abi=)`.
+    Each layer has `holds` (a run needs every one); Landlock lists each
+    feature the ABI in use has, and for each it lacks, what covers it.
+    """
+    missing_ns = [kind for kind, _ in _NAMESPACE_SYSCTLS if kind not in host.namespaces]
+    used = min(host.landlock_abi if landlock_abi is None else landlock_abi, landlock.KNOWN_ABI)
+    if used >= landlock.MIN_ABI:
+        features = landlock.features_for_abi(used)
+        without = {f.name: f.without for f in landlock.FEATURES if not features[f.name]}
+        provider = landlock.host_network_refusal(used)
+    else:
+        features, without = {f.name: False for f in landlock.FEATURES}, {}
+        provider = "landlock is absent"
+    limit = host.process_limit
+    return {
+        "namespaces": {
+            "holds": not missing_ns,
+            "available": list(host.namespaces),
+            "missing": missing_ns,
+        },
+        "landlock": {
+            "holds": landlock.MIN_ABI <= used <= host.landlock_abi,
+            "kernel_abi": host.landlock_abi,
+            "abi_used": used,
+            "known_abi": landlock.KNOWN_ABI,
+            "features": features,
+            "covered_by_other_layers": without,
+        },
+        "seccomp": {"holds": host.seccomp_filter},
+        "process_limit": {
+            "holds": limit is not None,
+            "kind": None if limit is None else limit.kind,
+            "cgroup_base": None if limit is None else limit.cgroup_base,
+            # RLIMIT_NPROC counted per user namespace: a bound per run.
+            "per_run": host.nproc_per_userns or (limit is not None and limit.kind == "pids_cgroup"),
+        },
+        "memory": {
+            "holds": True,  # RLIMIT_AS per process holds everywhere
+            "kind": "memory_cgroup" if host.is_root and host.memory_cgroup_base else "rlimit_as",
+            "detail": (f"a per-run memory cgroup of memory_bytes under {host.memory_cgroup_base}"
+                       if host.is_root and host.memory_cgroup_base else
+                       "no memory cgroup for this caller: address_space_bytes per process,"
+                       " and scratch_bytes for the scratch"),
+        },
+        "identity": {
+            "holds": True,
+            "detail": ("a root caller's jails run as host uid/gid 65534 (LinuxBackend jail_ids)"
+                       if host.is_root else f"jails run as the caller, uid {host.uid}"),
+        },
+        # Not a layer of the default jail: whether the provider profile (host
+        # network) can run here.
+        "provider_profile": {"holds": provider is None, "detail": provider or ""},
+    }
 
 
 @functools.cache
@@ -150,7 +220,8 @@ class LinuxBackend:
         import_paths: directories the jail may read (user modes).
         profile: the jail profile.
         landlock_abi: plan for this ABI instead of the kernel's (refused
-            if the kernel has less).
+            if the kernel has less): a cap, so the jail can be tested as on
+            an older kernel (tests read TRUNNER_TEST_LANDLOCK_ABI for it).
         fail_at: test hook: the helper refuses at this step.
         unsafe_skip: benchmark hook: layers the helper leaves out. Named in
             the plan and in the rules version; never set by `Runner`.
@@ -185,8 +256,15 @@ class LinuxBackend:
                 Reason.SANDBOX_SETUP,
                 f"landlock: ABI {self.landlock_abi} asked, the kernel has {host.landlock_abi}",
             )
+        if "net" not in self.profile.namespaces:
+            # The host network is shared: no namespace covers TCP or abstract sockets.
+            refusal = landlock.host_network_refusal(abi)
+            if refusal is not None:
+                raise RunnerError(Reason.SANDBOX_SETUP, f"{self.profile.name} profile: {refusal}")
 
     def abi(self) -> int:
+        """The Landlock ABI in force: the kernel's, or `landlock_abi` if given
+        (a cap: more than the kernel has is refused), at most KNOWN_ABI."""
         abi = self.probe().landlock_abi if self.landlock_abi is None else self.landlock_abi
         return min(abi, landlock.KNOWN_ABI)
 

@@ -4,6 +4,14 @@ Pure: the masks each ABI handles, and `plan_ruleset`, which turns path
 groups into a `LandlockRuleset` (a frozen msgspec Struct) that handles every
 right the ABI knows, so anything not granted is denied. The helper applies
 it through `trunner.linux.install.restrict_filesystem`, with ints only.
+
+Every ABI from 1 is used (the kernel's, capped at KNOWN_ABI). `FEATURES`
+says, for each feature an older ABI lacks, which layer of the jail covers
+it: the network namespace for TCP rules (ABI 4) and the abstract-socket
+scope (ABI 6), the PID namespace for the signal scope (ABI 6), the
+read-only binds and the minimal /dev for truncate (ABI 3) and device ioctls
+(ABI 5). A profile sharing the host network has no such cover: it needs
+`HOST_NETWORK_FEATURES` (`host_network_refusal`).
 """
 
 from collections.abc import Iterable
@@ -64,12 +72,54 @@ ACCESS_FS_FILE = (
     | ACCESS_FS_IOCTL_DEV
 )
 
-# MIN_ABI = 6: without the ABI 6 scopes a jailed process could still connect to any
-# abstract-namespace unix socket of the host (D-Bus, X11, systemd, other jails: abstract
-# sockets have no inode, so no filesystem rule can stop them) and kill() any process of
-# the same uid, including the trunner parent and other workers.
-MIN_ABI = 6
+# Every ABI from 1 on is used; below KNOWN_ABI a feature the kernel lacks is not
+# handled (asking for it would make landlock_create_ruleset() fail with EINVAL), and
+# another layer covers it.  See FEATURES.
+MIN_ABI = 1
 KNOWN_ABI = 7
+# Not known yet (planned as ABI 7): ABI 8 (Linux 6.19) adds LANDLOCK_RESTRICT_SELF_TSYNC
+# (restrict every thread; the helper is single-threaded), ABI 9 adds
+# LANDLOCK_ACCESS_FS_RESOLVE_UNIX (connect to pathname unix sockets; seccomp covers
+# that here: connect() is EPERM).
+
+
+class Feature(msgspec.Struct, frozen=True):
+    """One Landlock feature: the ABI that brought it, and what holds without it."""
+
+    name: str
+    abi: int
+    what: str
+    #: What covers it in a trunner jail on a kernel without it.
+    without: str
+
+
+#: Each Landlock feature trunner uses, by the ABI that brought it.  A jail on a
+#: kernel below a feature's ABI is still contained, by the layer `without` names.
+FEATURES: tuple[Feature, ...] = (
+    Feature("filesystem", 1, "read, write, exec, list, create and remove, per path",
+            "(required: no Landlock, no jail)"),
+    Feature("refer", 2, "link and rename across directories, within granted paths",
+            "stricter, not weaker: ABI 1 refuses every link or rename across directories"
+            " (EXDEV), also inside the working dir"),
+    Feature("truncate", 3, "truncate(), O_TRUNC and ftruncate() per path",
+            "the read-only binds (EROFS); the host's other files are not in the jail's root"),
+    Feature("tcp", 4, "TCP bind() and connect() per port",
+            "the network namespace (only a loopback that is down) and seccomp (no AF_INET"
+            " sockets); the provider profile, which shares the host network, refuses to run"),
+    Feature("ioctl_dev", 5, "ioctl() on character and block devices",
+            "the minimal /dev (null, zero, full, random, urandom, tty; Landlock grants tty"
+            " nothing) and seccomp's ioctl allow-list"),
+    Feature("scope_abstract_unix_socket", 6,
+            "connect to abstract unix sockets only within the jail",
+            "the network namespace (abstract names are per network namespace); the provider"
+            " profile, which shares the host network, refuses to run"),
+    Feature("scope_signal", 6, "signals only within the jail",
+            "the PID namespace (no host process is visible, so none can be signalled)"),
+)
+
+#: What a profile that shares the host network namespace (the provider) needs:
+#: no namespace can stand in for these there.
+HOST_NETWORK_FEATURES: tuple[str, ...] = ("tcp", "scope_abstract_unix_socket")
 
 _FS_BY_ABI = (
     0,  # ABI 0: no Landlock
@@ -89,6 +139,31 @@ def _check_abi(abi: int) -> int:
     if isinstance(abi, bool) or not isinstance(abi, int) or abi < 1:
         raise ValueError(f"invalid Landlock ABI {abi!r} (must be an int >= 1)")
     return abi
+
+
+def features_for_abi(abi: int) -> dict[str, bool]:
+    """Each of FEATURES: whether ABI `abi` has it."""
+    _check_abi(abi)
+    return {f.name: abi >= f.abi for f in FEATURES}
+
+
+def host_network_shortfall(abi: int) -> Feature | None:
+    """The first feature a profile sharing the host network needs that ABI
+    `abi` lacks, or None."""
+    _check_abi(abi)
+    for f in FEATURES:
+        if f.name in HOST_NETWORK_FEATURES and abi < f.abi:
+            return f
+    return None
+
+
+def host_network_refusal(abi: int) -> str | None:
+    """Why a profile sharing the host network cannot run at ABI `abi`, or None."""
+    f = host_network_shortfall(abi)
+    if f is None:
+        return None
+    return (f"landlock: a profile sharing the host network needs {f.name} ({f.what}), from"
+            f" ABI {f.abi}; the ABI in use is {abi}")
 
 
 def fs_access_for_abi(abi: int) -> int:
@@ -185,22 +260,30 @@ def plan_ruleset(
     read_only: Iterable[str],
     read_write: Iterable[str],
     connect_tcp_ports: Iterable[int] = (),
-    min_abi: int = MIN_ABI,
+    host_network: bool = False,
 ) -> LandlockRuleset:
     """Plan a ruleset handling every right `abi` knows, so anything not granted is denied.
 
-    `abi` is normally `abi_version()` of the target kernel; values above KNOWN_ABI are
-    planned as KNOWN_ABI (we cannot handle rights we do not know).  Raises ValueError if
-    `abi < min_abi`.  Paths are kept as given (the caller resolves them); a path listed in
-    several groups gets the union of rights.
+    `abi` is the ABI in use: the kernel's (`install.landlock_abi()`), or less when capped;
+    values above KNOWN_ABI are planned as KNOWN_ABI (we cannot handle rights we do not
+    know).  Only rights and scopes `abi` has are handled or granted: what an older ABI
+    lacks is covered by another layer (FEATURES).  Paths are kept as given (the caller
+    resolves them); a path listed in several groups gets the union of rights.
     From ABI 4 on, TCP bind() and connect() are handled: bind is always denied, connect
-    only allowed to `connect_tcp_ports`.  Below ABI 4 the network is not restricted at all and
-    `connect_tcp_ports` is moot (dropped).  From ABI 6 on, abstract unix sockets and
-    signals are scoped to the jail's own domain.
+    only allowed to `connect_tcp_ports`.  Below ABI 4 Landlock does not see the network
+    and `connect_tcp_ports` is dropped (the jail's network namespace holds).  From ABI 6
+    on, abstract unix sockets and signals are scoped to the jail's own domain.
+
+    Raises:
+        ValueError: a bad ABI, path or port, or `host_network` (the profile shares
+            the host's network namespace) at an ABI without TCP rules or the
+            abstract-socket scope (`host_network_refusal`).
     """
     _check_abi(abi)
-    if abi < min_abi:
-        raise ValueError(f"Landlock ABI {abi} is below the required minimum {min_abi}")
+    if host_network:
+        refusal = host_network_refusal(min(abi, KNOWN_ABI))
+        if refusal is not None:
+            raise ValueError(refusal)
     abi = min(abi, KNOWN_ABI)
     masks: dict[str, int] = {}
     for group, access in (

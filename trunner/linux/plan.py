@@ -282,7 +282,8 @@ def plan_jail(
 
     Raises:
         ValueError: the host has no process-limit mechanism, a namespace or
-            a skipped layer is unknown, or the Landlock ABI is too old.
+            a skipped layer is unknown, or the Landlock ABI is too old (for
+            a profile sharing the host network: `landlock.HOST_NETWORK_FEATURES`).
     """
     limit = host.process_limit
     if limit is None:
@@ -327,6 +328,7 @@ def plan_jail(
         read_only=read_only,
         read_write=read_write,
         connect_tcp_ports=profile.tcp_connect_ports,
+        host_network="net" not in profile.namespaces,
     )
     env = environment(jail_dir, profile.environment, import_paths)
     return HelperPlan(
