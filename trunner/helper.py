@@ -45,6 +45,7 @@ _SIGKILL = 9  # literal: importing signal costs the helper ~1 ms
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _SIGSTOP = 19
+_SIGINT = 2
 _SIGSYS = 31
 _SCOPE_SIGNAL = 2  # landlock.SCOPE_SIGNAL
 _S_IFMT = 0o170000
@@ -396,9 +397,16 @@ def _enter_pid_namespace(bpf: bytes, ruleset: "tuple[Any, ...]") -> None:
     ends, done = os.pipe2(os.O_CLOEXEC)
     init = os.fork()
     if init == 0:
-        os.close(ends)
-        os.close(proc)
-        jail = os.fork()
+        try:  # pid 1 never goes on with the chain, whatever fails here
+            os.close(ends)
+            os.close(proc)
+            # The kernel shields a namespace's init from its namespace's
+            # signals it has no handler for: drop the interpreter's SIGINT
+            # handler first.
+            _install().default_signal(_SIGINT)
+            jail = os.fork()
+        except BaseException as e:
+            _fail(SetupError(f"pid_namespace: pid 1: {type(e).__name__}: {e}"))
         if jail == 0:
             return  # pid 2: on with the chain (the descriptors step closes `done`)
         _run_init(done, bpf, ruleset)

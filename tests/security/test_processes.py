@@ -122,21 +122,22 @@ async def test_signal_the_test_process_and_a_sibling(runner: Runner, victim: Vic
 
 
 async def test_the_reaper_ignores_the_jails_kills(runner: Runner) -> None:
-    """SIGKILL, SIGTERM and SIGSTOP to the jail's pid 1 (which would end the jail
-    early, or stop its reaping). From Landlock ABI 6 the signal scope refuses them
+    """SIGKILL, SIGTERM, SIGINT and SIGSTOP to the jail's pid 1 (which would end
+    the jail early, or stop its reaping; pid 1 is forked from the helper's
+    interpreter, whose SIGINT handler it resets to the default). From Landlock ABI 6 the signal scope refuses them
     (EPERM); below, they are delivered to the init of the jail's own PID namespace,
     which the kernel shields from its namespace's signals it has no handler for:
     pid 1 runs on either way."""
     result = await run_code(runner, """
         import signal, time
         result = [attempt(lambda: os.kill(1, sig))
-                  for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP)]
+                  for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGSTOP)]
         time.sleep(0.1)
         with open("/proc/1/status") as f:
             result.append(f.read().split("State:")[1].split()[0])
     """)
     sent = "EPERM" if landlock_abi_in_force() >= 6 else "OK:None"
-    assert result == [sent] * 3 + ["S"]  # sleeping in waitid(), not stopped, not dead
+    assert result == [sent] * 4 + ["S"]  # sleeping in waitid(), not stopped, not dead
 
 
 @pytest.mark.parametrize(

@@ -128,6 +128,15 @@ def has_no_new_privs() -> bool:
     return _prctl(_PR_GET_NO_NEW_PRIVS, 0, "prctl(PR_GET_NO_NEW_PRIVS)") == 1
 
 
+def default_signal(sig: int) -> None:
+    """Reset `sig` to its default action (below Python's own handler)."""
+    lib = libc()
+    lib.signal.restype = ctypes.c_void_p
+    if lib.signal(ctypes.c_int(sig), ctypes.c_void_p(0)) == ctypes.c_void_p(-1).value:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), f"signal({sig}, SIG_DFL)")
+
+
 def set_dumpable(on: bool) -> None:
     _prctl(_PR_SET_DUMPABLE, int(on), "prctl(PR_SET_DUMPABLE)")
 
