@@ -7,14 +7,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
+import trio
 from test_helper import PlanEditing, refusal, runner_on
 
 from conftest import TESTS_DIR
-from support import denied, run_code, syscall_denied
+from support import denied, jailed_under, pid_namespace_members, run_code, syscall_denied
 from trunner import Limits, Reason, Runner
 from trunner.limits import MiB
 from trunner.linux.plan import WORKDIR, HelperPlan
@@ -22,19 +23,6 @@ from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-
-def pid_namespace_members(ns: str) -> list[int]:
-    """Host pids whose PID namespace is `ns` (e.g. 'pid:[4026532…]')."""
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.readlink(f"/proc/{name}/ns/pid") == ns:
-                    out.append(int(name))
-            except OSError:
-                continue  # gone, or a kernel thread
-    return out
 
 
 # -- /proc and the PID namespace ------------------------------------------------
@@ -56,6 +44,67 @@ async def test_proc_lists_only_the_jails_processes(runner: Runner) -> None:
     assert result == {"pids": [1, 2, result["child"]], "me": 2, "child": result["child"],
                       "parent": 1}
     assert str(os.getpid()) not in map(str, result["pids"]) or os.getpid() <= 3
+
+
+async def test_the_hosts_proc_under_the_jails_is_out_of_reach(runner: Runner) -> None:
+    """The helper wrote its id maps through a bind of the host's /proc, which
+    pid 2's fresh /proc covers: it cannot be unmounted to reach host pids."""
+    me = os.getpid()
+    result = await run_code(runner, f"""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        def umount(flags):
+            if libc.umount2(b"/proc", flags) != 0:
+                raise OSError(ctypes.get_errno(), "umount2")
+        result = [attempt(lambda: umount(0)), attempt(lambda: umount(2)),
+                  attempt(lambda: os.stat("/proc/{me}")),
+                  sorted(int(p) for p in os.listdir("/proc") if p.isdigit())[:2]]
+    """)
+    assert result[:2] == ["EPERM", "EPERM"]
+    assert result[2:] == ["ENOENT", [1, 2]]
+
+
+async def test_two_concurrent_runs_see_nothing_of_each_other(
+    runner: Runner, jail_root: Path
+) -> None:
+    """Each run leaves a file in its working dir, /tmp and /dev/shm, then waits
+    until the test saw both; neither sees the other's files or processes."""
+    code = """
+        import time
+        for where in (".", "/tmp", "/dev/shm"):
+            open(f"{where}/TAG", "w").write("TAG")
+        while not os.path.exists("go"):
+            time.sleep(0.005)
+        result = {"files": sorted(os.listdir(".")) + sorted(os.listdir("/tmp"))
+                  + sorted(os.listdir("/dev/shm")),
+                  "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+                  "ns": os.readlink("/proc/self/ns/pid")}
+    """
+    seen: dict[str, Any] = {}
+
+    async def one(tag: str) -> None:
+        seen[tag] = await run_code(runner, code.replace("TAG", tag))
+
+    async def release_both() -> None:
+        with trio.fail_after(30):
+            while True:
+                ready = [p for p in jailed_under(str(jail_root))
+                         for tag in ("alpha", "beta") if os.path.exists(f"/proc/{p}/cwd/{tag}")]
+                if len(ready) == 2:
+                    break
+                await trio.sleep(0.005)
+        for pid in ready:
+            Path(f"/proc/{pid}/cwd/go").touch()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one, "alpha")
+        nursery.start_soon(one, "beta")
+        nursery.start_soon(release_both)
+    for tag, other in (("alpha", "beta"), ("beta", "alpha")):
+        assert tag in seen[tag]["files"]
+        assert other not in seen[tag]["files"]
+        assert seen[tag]["pids"] == [1, 2]
+    assert seen["alpha"]["ns"] != seen["beta"]["ns"]
 
 
 async def test_no_host_process_is_visible_or_signalable(runner: Runner) -> None:

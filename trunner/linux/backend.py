@@ -238,6 +238,11 @@ class LinuxBackend:
     jail_ids: tuple[int, int] = NOBODY
     _versions: dict[Limits, dict[str, Any]] = field(default_factory=dict, repr=False)
 
+    def __post_init__(self) -> None:
+        uid, gid = self.jail_ids
+        if not (0 < uid < 2**32 - 1 and 0 < gid < 2**32 - 1):
+            raise ValueError(f"jail_ids {self.jail_ids}: a jail never runs as host uid or gid 0")
+
     def probe(self) -> HostSupport:
         return probe_host()
 
