@@ -215,30 +215,40 @@ async def open_prewarmed(runner: Any, stack: contextlib.AsyncExitStack, size: in
     return Variant(name, call, f"pool of {size}", settle=settle)
 
 
-def _warm_worker_pids(adapter: tuple[str, ...]) -> int:
-    """How many of our children run `adapter` and sit in read(0, ...)."""
+def _descendants(pid: str) -> list[str]:
+    """Every descendant of `pid` (a jailed adapter is the helper's grandchild)."""
     import glob
 
-    warm = 0
-    for path in glob.glob("/proc/self/task/*/children"):
-        try:
-            with open(path) as f:
-                pids = f.read().split()
-        except OSError:
-            continue
-        for pid in pids:
+    out: list[str] = []
+    todo = [pid]
+    while todo:
+        for path in glob.glob(f"/proc/{todo.pop()}/task/*/children"):
             try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    argv = tuple(a.decode() for a in f.read().split(b"\0") if a)
-                if argv[-len(adapter):] != adapter:
-                    continue
-                with open(f"/proc/{pid}/syscall") as f:
-                    fields = f.read().split()
-            except (OSError, UnicodeDecodeError):
+                with open(path) as f:
+                    found = f.read().split()
+            except OSError:
                 continue
-            # "0 0x0 ...": blocked in read(2) on fd 0, i.e. waiting for the frame.
-            if fields[:2] == ["0", "0x0"]:
-                warm += 1
+            out += found
+            todo += found
+    return out
+
+
+def _warm_worker_pids(adapter: tuple[str, ...]) -> int:
+    """How many of our descendants run `adapter` and sit in read(0, ...)."""
+    warm = 0
+    for pid in _descendants(str(os.getpid())):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = tuple(a.decode() for a in f.read().split(b"\0") if a)
+            if argv[-len(adapter):] != adapter:
+                continue
+            with open(f"/proc/{pid}/syscall") as f:
+                fields = f.read().split()
+        except (OSError, UnicodeDecodeError):
+            continue
+        # "0 0x0 ...": blocked in read(2) on fd 0, i.e. waiting for the frame.
+        if fields[:2] == ["0", "0x0"]:
+            warm += 1
     return warm
 
 

@@ -104,6 +104,11 @@ def drop_capabilities(last_cap: int) -> None:
     """Empty the bounding, ambient, effective, permitted and inheritable sets."""
     for cap in range(last_cap + 1):
         _prctl(_PR_CAPBSET_DROP, cap, f"prctl(PR_CAPBSET_DROP, {cap})")
+    clear_capabilities()
+
+
+def clear_capabilities() -> None:
+    """Empty the ambient, effective, permitted and inheritable sets."""
     ulong = ctypes.c_ulong
     _check(libc().prctl(_PR_CAP_AMBIENT, ulong(_PR_CAP_AMBIENT_CLEAR_ALL), ulong(0), ulong(0),
                         ulong(0)), "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
