@@ -259,6 +259,7 @@ def plan_ruleset(
     read_exec: Iterable[str],
     read_only: Iterable[str],
     read_write: Iterable[str],
+    list_only: Iterable[str] = (),
     connect_tcp_ports: Iterable[int] = (),
     host_network: bool = False,
 ) -> LandlockRuleset:
@@ -269,6 +270,7 @@ def plan_ruleset(
     know).  Only rights and scopes `abi` has are handled or granted: what an older ABI
     lacks is covered by another layer (FEATURES).  Paths are kept as given (the caller
     resolves them); a path listed in several groups gets the union of rights.
+    `list_only` dirs may be listed (READ_DIR, inherited below), nothing more.
     From ABI 4 on, TCP bind() and connect() are handled: bind is always denied, connect
     only allowed to `connect_tcp_ports`.  Below ABI 4 Landlock does not see the network
     and `connect_tcp_ports` is dropped (the jail's network namespace holds).  From ABI 6
@@ -290,6 +292,7 @@ def plan_ruleset(
         (read_exec, rx_access(abi)),
         (read_only, ro_access(abi)),
         (read_write, rw_access(abi)),
+        (list_only, ACCESS_FS_READ_DIR),
     ):
         if isinstance(group, str):
             raise ValueError(f"expected an iterable of paths, got the str {group!r}")

@@ -327,6 +327,9 @@ def plan_jail(
         read_exec=read_exec,
         read_only=read_only,
         read_write=read_write,
+        # The jail's root is its own (binds and built dirs): listing any dir
+        # in it shows names only, as `ls /` in bubblewrap does.
+        list_only=["/"],
         connect_tcp_ports=profile.tcp_connect_ports,
         host_network="net" not in profile.namespaces,
     )
