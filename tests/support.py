@@ -7,6 +7,9 @@ worker imports, and nothing here runs inside a jail.
 
 - `fails`, `run_code`, `denied`, `syscall_denied` and `PRELUDE`: run a mode or a
   snippet in a real jailed child and get its response or its `RunnerError`.
+  A call outside the seccomp allow-list fails with an errno (`PRELUDE`'s
+  `attempt` and `syscall` name it); only a foreign architecture's or an x32
+  syscall kills the worker (`syscall_denied`).
 - `is_alive`, `group_alive`, `proc_status` and the `wait_*` helpers: observe
   real processes through /proc and wait for a real signal under
   `trio.fail_after`, never for a fixed time.
@@ -30,7 +33,8 @@ if TYPE_CHECKING:
 
     from trunner import Runner
 
-# Prelude for child snippets: `attempt(fn)` returns the errno name or "OK:<value>".
+# Prelude for child snippets: `attempt(fn)` returns the errno name or "OK:<value>";
+# `syscall(nr, *args)` makes a raw syscall and answers the same way.
 PRELUDE = """
 import errno, os
 def attempt(fn):
@@ -38,6 +42,15 @@ def attempt(fn):
         return "OK:" + repr(fn())
     except OSError as e:
         return errno.errorcode.get(e.errno, str(e.errno))
+def syscall(nr, *args):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    ctypes.set_errno(0)
+    rc = libc.syscall(nr, *args)
+    if rc != -1:
+        return "OK:" + repr(rc)
+    return errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
 """
 
 #: Attribute names under which an error could smuggle the child's output.
@@ -87,7 +100,8 @@ def kmsg_readable() -> bool:
 
 
 async def syscall_denied(runner: Runner, code: str, name: str, **kw: Any) -> RunnerError:
-    """Run `code`; seccomp must kill the worker, naming `name` when it can."""
+    """Run `code`; seccomp must kill the worker (a foreign architecture's or an
+    x32 syscall: nothing else kills), naming `name` when it can."""
     e = await denied(runner, code, **kw)
     assert e.reason is Reason.SYSCALL_DENIED, (e.reason, e.detail)
     assert e.signal == signal.SIGSYS
