@@ -18,9 +18,11 @@ worker imports, and nothing here runs inside a jail.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import textwrap
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -329,3 +331,42 @@ async def wait_jail_pid(helper: int, *, timeout_s: float = 30) -> int:
                     if ns_pids(child)[1:] == [2]:
                         return child
             await trio.sleep(0.01)
+
+
+# -- a handshake with a live jail --------------------------------------------------
+# The worker calls `ready(info)` (define it with `READY`): it writes `info` as
+# JSON to `ready` in its working dir and waits for `go`. The host reads it
+# through the jail's pid 2's /proc cwd and creates `go` (`jail_ready`), so
+# the test can act while the jail holds something, then let it go on.
+
+READY = """
+import json as _json, time as _time
+def ready(info):
+    with open("ready.tmp", "w") as f:
+        _json.dump(info, f)
+    os.rename("ready.tmp", "ready")
+    while not os.path.exists("go"):
+        _time.sleep(0.005)
+"""
+
+
+async def jail_ready(helper: int, *, go: bool = True, timeout_s: float = 30) -> tuple[int, Any]:
+    """(the jail's pid 2, the `info` it passed to `ready`) of the jail under
+    `helper` (a pid of conftest.child_pids()); then `go` unless told not to
+    (`let_go` later)."""
+    with trio.fail_after(timeout_s):
+        jail = await wait_jail_pid(helper)
+        while True:
+            try:
+                info = json.loads(Path(f"/proc/{jail}/cwd/ready").read_text())
+            except FileNotFoundError:
+                await trio.sleep(0.01)
+                continue
+            if go:
+                let_go(jail)
+            return jail, info
+
+
+def let_go(jail: int) -> None:
+    """Create `go` in the jail's working dir: `ready()` returns."""
+    Path(f"/proc/{jail}/cwd/go").touch()

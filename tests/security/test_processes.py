@@ -3,7 +3,6 @@ dangerous syscalls, terminal injection, inherited fds, setuid binaries."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -11,19 +10,20 @@ import sys
 import textwrap
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 
 from conftest import child_pids
 from support import (
+    READY,
     denied,
     is_alive,
+    jail_ready,
     pid_namespace_members,
     proc_status,
     run_code,
-    wait_jail_pid,
     wait_jailed,
 )
 from trunner import Reason, Runner
@@ -330,10 +330,6 @@ DESCENDANT_ENDINGS = {
     "deadline": "time.sleep(1000)\n",
     "cap": "os.write(1, b'x' * (1 << 20))\ntime.sleep(1000)\n",  # past stdout_max_bytes
 }
-WAIT_FOR_GO = """
-while not os.path.exists("go"):
-    time.sleep(0.005)
-"""
 
 
 def _check_setup(kind: str, info: dict[str, int]) -> None:
@@ -362,14 +358,11 @@ async def test_descendants_are_dead_when_run_returns(
     """A setsid daemon, a double fork into its own session and a pid-1 orphan are all
     dead when run() returns: after a clean exit, on the deadline and on a cap breach
     (the kernel kills a PID namespace with its pid 1; the helper kills pid 1)."""
-    code = DESCENDANT_PRELUDE + textwrap.dedent(DESCENDANTS[kind]) + """
+    code = READY + DESCENDANT_PRELUDE + textwrap.dedent(DESCENDANTS[kind]) + """
 info = dict(zip(("pid", "sid", "ppid"), map(int, os.read(r, 64).split())))
 info.update(worker=os.getpid(), worker_sid=os.getsid(0), ns=os.readlink("/proc/self/ns/pid"))
-with open("ready.tmp", "w") as f:
-    json.dump(info, f)
-os.rename("ready.tmp", "ready")
 result = info
-""" + (WAIT_FOR_GO if ending != "exit" else "") + DESCENDANT_ENDINGS[ending]
+""" + ("ready(info)\n" if ending != "exit" else "") + DESCENDANT_ENDINGS[ending]
     limits = runner.limits.replace(wall_time_s=6 if ending == "deadline" else 30,
                                    stdout_max_bytes=64 << 10)
     if ending == "exit":
@@ -382,27 +375,13 @@ result = info
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
-            info = await _wait_ready()
+            with trio.fail_after(30):
+                while not (helpers := child_pids()):  # noqa: ASYNC110  polls the host's /proc
+                    await trio.sleep(0.01)
+            _, info = await jail_ready(helpers[0])
         assert errors == [Reason.TIMEOUT if ending == "deadline" else Reason.STDOUT_CAP]
     _check_setup(kind, info)
     assert live_members(info["ns"]) == [], (kind, ending)
-
-
-async def _wait_ready() -> dict[str, Any]:
-    """The `ready` file of the one live jail, read through its pid 2's /proc cwd;
-    then `go` for the worker."""
-    with trio.fail_after(30):
-        while not (helpers := child_pids()):  # noqa: ASYNC110  polls the host's /proc
-            await trio.sleep(0.01)
-        jail = await wait_jail_pid(helpers[0])
-        while True:
-            try:
-                info: dict[str, Any] = json.loads(Path(f"/proc/{jail}/cwd/ready").read_text())
-            except FileNotFoundError:
-                await trio.sleep(0.01)
-                continue
-            Path(f"/proc/{jail}/cwd/go").touch()  # the worker may end the run now
-            return info
 
 
 async def test_a_descendant_slow_to_die_is_dead_when_run_returns(runner: Runner) -> None:

@@ -218,7 +218,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "mprotect",
     "mq_getsetattr",
     "mq_notify",
-    "mq_open",  # POSIX message queues: the IPC namespace's own; RLIMIT_MSGQUEUE bounds them
+    "mq_open",  # POSIX mqueues: the IPC namespace's own (Landlock refuses the open: EACCES)
     "mq_timedreceive",
     "mq_timedsend",
     "mq_unlink",
