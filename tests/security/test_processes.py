@@ -4,6 +4,8 @@ dangerous syscalls, terminal injection, inherited fds, setuid binaries."""
 from __future__ import annotations
 
 import os
+import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -240,6 +242,57 @@ async def test_setuid_family_reaches_only_held_ids(runner: Runner) -> None:
     assert all(r in ("EINVAL", "EPERM") for r in result["other"]), result
     assert result["overflow"] in (["EINVAL"], ["EPERM"]), result
     assert result["unchanged"] is True
+
+
+FOREIGN_ABI_C = r"""
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    long r = -2;
+    if (strcmp(argv[1], "x32") == 0) {
+        r = syscall(0x40000000L + 39);  /* __X32_SYSCALL_BIT + getpid */
+    } else {
+        __asm__ volatile ("int $0x80" : "=a"(r) : "a"(20L)  /* i386 getpid */
+                          : "memory", "r8", "r9", "r10", "r11");
+    }
+    printf("survived %ld\n", r);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def foreign_abi_probe(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The probe's source, once this host runs both ABIs unfiltered."""
+    if shutil.which("cc") is None or platform.machine() != "x86_64":
+        pytest.skip("needs cc on x86_64")
+    d = tmp_path_factory.mktemp("abi")
+    (d / "probe.c").write_text(FOREIGN_ABI_C)
+    subprocess.run(["cc", "-O0", "-o", str(d / "probe"), str(d / "probe.c")], check=True,
+                   capture_output=True, timeout=60)
+    for abi in ("x32", "i386"):
+        out = subprocess.run([str(d / "probe"), abi], capture_output=True, timeout=30)
+        if out.returncode != 0:
+            pytest.skip(f"{abi} syscalls unusable here even unfiltered: {out.returncode}")
+    return FOREIGN_ABI_C
+
+
+@pytest.mark.parametrize("abi", ["x32", "i386"])
+async def test_foreign_abi_syscall_kills_the_worker(
+    runner: Runner, foreign_abi_probe: str, abi: str
+) -> None:
+    """The one kind of call that still kills: another architecture's (int 0x80) or an
+    x32 number. The worker compiles the probe in its working dir and becomes it."""
+    e = await denied(runner, f"""
+        import subprocess
+        open("probe.c", "w").write({foreign_abi_probe!r})
+        subprocess.run(["cc", "-O0", "-o", "probe", "probe.c"], check=True)
+        os.execv("./probe", ["./probe", {abi!r}])
+    """)
+    assert e.reason is Reason.SYSCALL_DENIED, (e.reason, e.detail)
+    assert e.signal == signal.SIGSYS
+    assert "SIGSYS" in e.detail
 
 
 async def test_clone3_namespace_smuggling(runner: Runner) -> None:

@@ -303,7 +303,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "symlinkat",
     "sysinfo",  # sort, CPython memory probes
     "tgkill",  # raise()/abort(), signal.pthread_kill
-    "timer_create",  # coreutils timeout (else an EPERM warning); per-process timers
+    "timer_create",  # coreutils timeout; per-process timers
     "timer_delete",
     "timer_getoverrun",
     "timer_gettime",
@@ -329,6 +329,8 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
 #   seccomp, landlock_*  stacking more filters or rulesets would be harmless, but nothing
 #                  needs them; a program probing for them carries on as on an old kernel
 #                  (prctl(PR_SET_SECCOMP) stays reachable through prctl, equally harmless).
+#   splice, vmsplice, tee  (Dirty Pipe, CVE-2022-0847) callers fall back to read/write.
+#   pidfd_send_signal  kill() does the same and is allowed; callers fall back to it.
 #   and every number libseccomp 2.5.4 does not know (listmount, statmount, mseal, ...).
 # Failing with EPERM (ERRNO_EPERM), the kernel's answer to a caller without the privilege:
 #   what expands the kernel's attack surface or reaches past the namespaces (see the list).
