@@ -7,6 +7,9 @@ worker imports, and nothing here runs inside a jail.
 
 - `fails`, `run_code`, `denied`, `syscall_denied` and `PRELUDE`: run a mode or a
   snippet in a real jailed child and get its response or its `RunnerError`.
+  A call outside the seccomp allow-list fails with an errno (`PRELUDE`'s
+  `attempt` and `syscall` name it); only a foreign architecture's or an x32
+  syscall kills the worker (`syscall_denied`).
 - `is_alive`, `group_alive`, `proc_status` and the `wait_*` helpers: observe
   real processes through /proc and wait for a real signal under
   `trio.fail_after`, never for a fixed time.
@@ -15,9 +18,11 @@ worker imports, and nothing here runs inside a jail.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import textwrap
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -30,7 +35,8 @@ if TYPE_CHECKING:
 
     from trunner import Runner
 
-# Prelude for child snippets: `attempt(fn)` returns the errno name or "OK:<value>".
+# Prelude for child snippets: `attempt(fn)` returns the errno name or "OK:<value>";
+# `syscall(nr, *args)` makes a raw syscall and answers the same way.
 PRELUDE = """
 import errno, os
 def attempt(fn):
@@ -38,6 +44,15 @@ def attempt(fn):
         return "OK:" + repr(fn())
     except OSError as e:
         return errno.errorcode.get(e.errno, str(e.errno))
+def syscall(nr, *args):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    ctypes.set_errno(0)
+    rc = libc.syscall(nr, *args)
+    if rc != -1:
+        return "OK:" + repr(rc)
+    return errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
 """
 
 #: Attribute names under which an error could smuggle the child's output.
@@ -87,7 +102,8 @@ def kmsg_readable() -> bool:
 
 
 async def syscall_denied(runner: Runner, code: str, name: str, **kw: Any) -> RunnerError:
-    """Run `code`; seccomp must kill the worker, naming `name` when it can."""
+    """Run `code`; seccomp must kill the worker (a foreign architecture's or an
+    x32 syscall: nothing else kills), naming `name` when it can."""
     e = await denied(runner, code, **kw)
     assert e.reason is Reason.SYSCALL_DENIED, (e.reason, e.detail)
     assert e.signal == signal.SIGSYS
@@ -316,3 +332,42 @@ async def wait_jail_pid(helper: int, *, timeout_s: float = 30) -> int:
                     if ns_pids(child)[1:] == [2]:
                         return child
             await trio.sleep(0.01)
+
+
+# -- a handshake with a live jail --------------------------------------------------
+# The worker calls `ready(info)` (define it with `READY`): it writes `info` as
+# JSON to `ready` in its working dir and waits for `go`. The host reads it
+# through the jail's pid 2's /proc cwd and creates `go` (`jail_ready`), so
+# the test can act while the jail holds something, then let it go on.
+
+READY = """
+import json as _json, time as _time
+def ready(info):
+    with open("ready.tmp", "w") as f:
+        _json.dump(info, f)
+    os.rename("ready.tmp", "ready")
+    while not os.path.exists("go"):
+        _time.sleep(0.005)
+"""
+
+
+async def jail_ready(helper: int, *, go: bool = True, timeout_s: float = 30) -> tuple[int, Any]:
+    """(the jail's pid 2, the `info` it passed to `ready`) of the jail under
+    `helper` (a pid of conftest.child_pids()); then `go` unless told not to
+    (`let_go` later)."""
+    with trio.fail_after(timeout_s):
+        jail = await wait_jail_pid(helper)
+        while True:
+            try:
+                info = json.loads(Path(f"/proc/{jail}/cwd/ready").read_text())
+            except FileNotFoundError:
+                await trio.sleep(0.01)
+                continue
+            if go:
+                let_go(jail)
+            return jail, info
+
+
+def let_go(jail: int) -> None:
+    """Create `go` in the jail's working dir: `ready()` returns."""
+    Path(f"/proc/{jail}/cwd/go").touch()

@@ -41,9 +41,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 PY = sys.executable
-# gcc's linker sets the output's exec bit with chmod, which the jail denies
-# (EPERM): in the jail that compiled it, the binary runs through the loader.
-LOADER = "/lib64/ld-linux-x86-64.so.2"
 
 C_SOURCE = b"""\
 #include <stdio.h>
@@ -79,10 +76,11 @@ def unspawnable(jail_root: Path) -> Runner:
 # -- files in, files out -------------------------------------------------------------
 
 
-@pytest.mark.skipif(not os.path.exists(LOADER) or shutil.which("cc") is None,
-                    reason="needs cc and the x86-64 loader")
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs cc")
 async def test_compile_then_run_returns_the_binary_and_the_output_file(runner: Runner) -> None:
-    script = f"mkdir out && cc -O1 -o a.out src/main.c && {LOADER} ./a.out"
+    # The linker's chmod works in the working dir (the jail's scratch), and exec is
+    # allowed there: the binary runs in the jail that compiled it.
+    script = "mkdir out && cc -O1 -o a.out src/main.c && ./a.out"
     done = (await runner.exec(["/bin/sh", "-c", script], files={"src/main.c": C_SOURCE},
                               collect=["a.out", "out/*"])).response
     assert (done.exit_code, done.stdout, done.stderr) == (0, b"wrote it\n", b"")

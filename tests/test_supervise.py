@@ -1,8 +1,9 @@
 """nursery_run.supervise on its own: the post-exit drain bound.
 
-Under the jail no descendant can leave the process group (seccomp kills
-setsid), so the escaped-descendant case is driven here with a plain,
-unjailed child: this tests the supervision mechanism, not the jail.
+Under the jail no descendant outlives the run (the PID namespace ends with
+its pid 1, whatever sessions its members made), so the escaped-descendant
+case is driven here with a plain, unjailed child: this tests the supervision
+mechanism, not the jail.
 """
 
 from __future__ import annotations

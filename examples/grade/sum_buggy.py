@@ -1,14 +1,14 @@
 """Sum the integers on stdin: a submission with one bug per failing case."""
 
-import os
 import sys
 
 numbers = [int(word) for word in sys.stdin.read().split()]
 # Bug: a debug line that divides by the count (crash on empty input).
 print(f"mean {sum(numbers) / len(numbers):.2f}", file=sys.stderr)
 if max(numbers) > 2**31:
-    # "Daemonize to get more time": setsid is not allowed in the jail.
-    os.setsid()
+    # Bug: a debug trace left in, one line per step up to the largest number.
+    for step in range(0, max(numbers), 1000):
+        print("debug", step)
 numbers = numbers[:100]  # Bug: a fixed-size buffer (wrong on long input).
 total = i = 0
 while i < len(numbers):

@@ -7,14 +7,12 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-from support import run_code, sha256, syscall_denied
-
-if TYPE_CHECKING:
-    from trunner import Runner
+from conftest import TESTS_DIR
+from support import run_code, sha256
+from trunner import Limits, Runner
 
 
 @pytest.fixture
@@ -165,29 +163,62 @@ async def test_open_host_control_file_for_write(runner: Runner, path: str) -> No
         assert Path(path).read_bytes() == before
 
 
-@pytest.mark.parametrize(
-    ("call", "name"),
-    [
-        ("os.chmod(p, 0o4777)", "chmod"),
-        ("os.chown(p, 65534, 65534)", "chown"),
-        ("os.utime(p, (0, 0))", "utimensat"),
-        ("os.setxattr(p, 'user.x', b'y')", "setxattr"),
-    ],
-)
+METADATA_CALLS = {
+    "chmod": "os.chmod(p, 0o4777)",
+    "fchmod": "os.chmod(os.open(p, os.O_RDONLY), 0o4777)",  # a read-only fd is enough
+    "chown": "os.chown(p, os.getuid(), os.getgid())",
+    "lchown": "os.lchown(p, -1, os.getgid())",
+    "utime": "os.utime(p, (0, 0))",
+    "utime_now": "os.utime(p)",
+    "setxattr": "os.setxattr(p, 'user.x', b'y')",
+    "removexattr": "os.removexattr(p, 'user.x')",
+}
+
+
+def _metadata(path: Path) -> tuple[object, ...]:
+    st = path.stat()
+    return st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, st.st_atime_ns, os.listxattr(path)
+
+
+@pytest.mark.parametrize("call", METADATA_CALLS.values(), ids=METADATA_CALLS.keys())
 async def test_change_metadata_of_outside_file(
-    runner: Runner, outside: Path, call: str, name: str
+    jail_root: Path, outside: Path, call: str
 ) -> None:
-    """chmod/chown/utime/setxattr of a root-owned outside file (make it setuid, forge times)."""
-    before = outside.stat()
+    """chmod/chown/utime/xattr of a host file (make it setuid, forge times): allowed by
+    seccomp now, they fail in the kernel. A file bound into the jail (an import path: a
+    read-only bind) gives EROFS; one outside the jail's root is not there (ENOENT)."""
+    runner = Runner(import_paths=[TESTS_DIR, str(outside.parent)], temp_root=str(jail_root),
+                    limits=Limits(wall_time_s=20.0))
+    outside.touch()
+    os.utime(outside, (1_000_000, 2_000_000))  # atime too: a read must not change it
+    unbound = outside.parent.parent / "unbound.txt"
+    unbound.write_text("not bound")
+    before = _metadata(outside), _metadata(unbound)
     result = await run_code(runner, f"""
-        p = {str(outside)!r}
-        result = attempt(lambda: {call})
+        result = []
+        for p in ({str(outside)!r}, {str(unbound)!r}):
+            result.append(attempt(lambda: {call}))
     """)
-    assert result == "EPERM", name
-    after = outside.stat()
-    assert (after.st_mode, after.st_uid, after.st_gid, after.st_mtime_ns) == (
-        before.st_mode, before.st_uid, before.st_gid, before.st_mtime_ns)
-    assert os.listxattr(outside) == []
+    assert result == ["EROFS", "ENOENT"]
+    assert (_metadata(outside), _metadata(unbound)) == before
+    assert outside.read_text() == "top secret"
+
+
+async def test_metadata_of_the_jails_own_files_can_change(runner: Runner) -> None:
+    """In the scratch (the jail's own tmpfs) chmod, utime and user xattrs work: tar,
+    make and the linker need them. The setuid bit means nothing there (nosuid)."""
+    result = await run_code(runner, """
+        open("f", "w").close()
+        os.chmod("f", 0o4751)
+        os.utime("f", (5, 7))
+        os.setxattr("f", "user.k", b"v")
+        st = os.stat("f")
+        result = [oct(st.st_mode & 0o7777), st.st_atime, st.st_mtime, os.getxattr("f", "user.k"),
+                  attempt(lambda: os.chown("f", os.getuid(), os.getgid())),
+                  "nosuid" in [l for l in open("/proc/self/mountinfo")
+                               if " /home/trunner " in l][0]]
+    """)
+    assert result == ["0o4751", 5.0, 7.0, b"v", "OK:None", True]
 
 
 async def test_overwrite_proc_self_exe_and_python_binary(runner: Runner) -> None:
@@ -218,21 +249,39 @@ async def test_overwrite_proc_self_exe_and_python_binary(runner: Runner) -> None
 
 
 async def test_memfd_exec_payload(runner: Runner) -> None:
-    """memfd_create (fileless payload, used by runc CVE-2019-5736 exploits and its fix)."""
-    await syscall_denied(runner, "os.memfd_create('x')", "memfd_create")
+    """memfd_create (fileless payload, used by runc CVE-2019-5736 exploits and its fix):
+    EPERM, and no descriptor appeared."""
+    result = await run_code(runner, """
+        fds = os.listdir("/proc/self/fd")
+        result = [attempt(lambda: os.memfd_create("x")), os.listdir("/proc/self/fd") == fds]
+    """)
+    assert result == ["EPERM", True]
 
 
 async def test_mknod_device_node_in_jail(runner: Runner) -> None:
-    """mknod of a block device in the writable jail dir (raw disk access)."""
-    await syscall_denied(runner, "os.mknod('sda', 0o600 | 0o60000, os.makedev(8, 0))", "mknodat")
+    """mknod of a block device in the writable jail dir (raw disk access): EPERM, no node."""
+    result = await run_code(runner, """
+        result = [attempt(lambda: os.mknod("sda", 0o600 | 0o60000, os.makedev(8, 0))),
+                  attempt(lambda: os.mknod("/dev/shm/sda", 0o600 | 0o60000, os.makedev(8, 0))),
+                  os.path.lexists("sda"), os.path.lexists("/dev/shm/sda")]
+    """)
+    assert result == ["EPERM", "EPERM", False, False]
 
 
 async def test_open_by_handle_at_shocker(runner: Runner) -> None:
-    """CVE-2014-3519 'shocker': open_by_handle_at to walk out of a chroot/mount."""
-    await syscall_denied(runner, """
+    """CVE-2014-3519 'shocker': name_to_handle_at + open_by_handle_at to walk out of a
+    chroot/mount: both EPERM, no descriptor."""
+    result = await run_code(runner, """
         import ctypes
-        ctypes.CDLL(None).syscall(304, -100, None, 0)  # open_by_handle_at
-    """, "open_by_handle_at")
+        handle = ctypes.create_string_buffer(8 + 128)
+        handle[0:4] = (128).to_bytes(4, "little")
+        mount_id = ctypes.c_int()
+        fds = os.listdir("/proc/self/fd")
+        result = [syscall(303, -100, b"/", handle, ctypes.byref(mount_id), 0),  # name_to_handle_at
+                  syscall(304, -100, handle, 0),  # open_by_handle_at
+                  os.listdir("/proc/self/fd") == fds]
+    """)
+    assert result == ["EPERM", "EPERM", True]
 
 
 @pytest.mark.parametrize("what", ["1/environ", "PPID/environ", "1/cmdline", "PPID/cmdline",

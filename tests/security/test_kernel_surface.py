@@ -24,8 +24,8 @@ import pytest
 import trio
 
 from conftest import TESTS_DIR, child_pids, make_runner
-from sec_helpers import run_code, syscall_denied
-from support import host_children
+from sec_helpers import run_code
+from support import host_children, pid_namespace_members
 from trunner import Limits, Runner
 
 if TYPE_CHECKING:
@@ -238,17 +238,31 @@ def _zombies_of(pid: int) -> set[int]:
     return out
 
 
-async def test_clone_parent_leaves_no_child_in_the_host(runner: Runner) -> None:
-    """clone(CLONE_PARENT) from the group leader: the new process would be the test
-    process's child, a zombie nobody reaps. Killed (the clone flag mask)."""
+@pytest.mark.parametrize("exit_signal", [17, 0])  # SIGCHLD; none (a "clone" child)
+async def test_clone_parent_leaves_no_child_in_the_host(runner: Runner, exit_signal: int) -> None:
+    """clone(CLONE_PARENT) from the worker: once a zombie of trunner's (the worker was
+    the group leader), it is now allowed. The worker is the jail's pid 2: the new
+    process is a child of the jail's pid 1, which reaps it, or the kernel with the
+    namespace. Nothing reaches the test process, and the namespace ends empty."""
     before = _zombies_of(os.getpid())
     try:
-        await syscall_denied(runner, """
-            import ctypes
-            pid = ctypes.CDLL(None).syscall(56, 0x8000 | 17, 0, 0, 0, 0)  # CLONE_PARENT|SIGCHLD
+        result = await run_code(runner, f"""
+            import ctypes, time
+            r, w = os.pipe()
+            libc = ctypes.CDLL(None, use_errno=True)
+            pid = libc.syscall(56, 0x8000 | {exit_signal}, 0, 0, 0, 0)  # CLONE_PARENT
             if pid == 0:
+                os.write(w, b"%d %d" % (os.getpid(), os.getppid()))
+                if {exit_signal} == 0:
+                    time.sleep(1000)  # outlives the worker: the namespace's end kills it
                 os._exit(0)
-        """, "clone")
+            child, parent = map(int, os.read(r, 64).split())
+            result = [pid > 0, child == pid, parent, attempt(lambda: os.waitpid(pid, os.WNOHANG)),
+                      os.readlink("/proc/self/ns/pid")]
+        """)
+        # A sibling of the worker: pid 1's child, not the worker's (ECHILD).
+        assert result[:4] == [True, True, 1, "ECHILD"], result
+        assert pid_namespace_members(result[4]) == []
         assert child_pids() == []
     finally:
         new = _zombies_of(os.getpid()) - before
