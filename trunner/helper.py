@@ -417,12 +417,12 @@ def _enter_pid_namespace(bpf: bytes, ruleset: "tuple[Any, ...]") -> None:
 def _confine_self(bpf: bytes, ruleset: "tuple[Any, ...] | None") -> None:
     """What pid 1 and the waiting helper keep of the jail: no capabilities
     (the sets emptied; neither ever execs, so the bounding set is moot under
-    NO_NEW_PRIVS), not dumpable (no /proc/PID/mem or ptrace by the jail's
-    uid), NO_NEW_PRIVS, the seccomp filter (pid 1 also a Landlock ruleset
-    that grants nothing; signals unscoped, the helper must kill it)."""
+    NO_NEW_PRIVS), NO_NEW_PRIVS, the seccomp filter (pid 1 also a Landlock
+    ruleset that grants nothing, so no jailed process may ptrace it or read
+    its /proc/1/mem: Landlock allows that only into a nested domain; signals
+    unscoped, the helper must kill it)."""
     install = _install()
     install.clear_capabilities()
-    install.set_dumpable(False)
     install.set_no_new_privs()
     if ruleset is not None:
         abi, fs, net, scoped, _paths, _ports = ruleset
