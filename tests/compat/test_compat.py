@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -195,3 +196,20 @@ async def test_ps_lists_only_the_jail(runner: Runner) -> None:
     assert pids[:2] == [1, 2], rows
     assert max(pids) < 10, rows
     assert [comm for _, comm in rows][-1] == "ps", rows
+
+
+async def test_ssl_ca_store_local_time_and_localhost_lookup(runner: Runner) -> None:
+    """The short /etc the jail gets: the CA store (the default SSL context loads
+    it), the host's local time zone, and localhost from the jail's /etc/hosts."""
+    result = await run_code(runner, """
+        import socket, ssl, time
+        ctx = ssl.create_default_context()
+        result = [ctx.cert_store_stats()["x509_ca"], time.tzname,
+                  sorted({a[4][0] for a in socket.getaddrinfo("localhost", 80)}),
+                  socket.gethostname()]
+    """)
+    assert result[0] > 10  # the host's CA certificates, not an empty store
+    assert result[1] == list(time.tzname)
+    assert set(result[2]) <= {"127.0.0.1", "::1"}
+    assert result[2]
+    assert result[3] == "trunner"
