@@ -3,8 +3,8 @@
 Runs between spawn and exec as `trunner-worker helper PLAN FD -- ADAPTER...`,
 where PLAN is one hex argv item of a marshal dict the parent resolved (see
 `trunner.linux.plan`) and FD the write end of the report pipe. Imports only
-os, marshal (built in) and `trunner.linux.install` (os + ctypes); never
-trio, msgspec or a binding.
+os, marshal (built in), `trunner.linux.install` (os + ctypes) and
+`trunner.linux.mounts` (os + install); never trio, msgspec or a binding.
 
 Every layer is mandatory: a plan without one of them is refused, never
 read as "skip". Each step applies fully or the helper reports the step on
@@ -74,49 +74,49 @@ def main(argv: "list[str]") -> "NoReturn":
             # 2. process limit: needs the host's view (real root for the
             #    cgroup, the real /proc for the count): before the namespaces.
             ("process_limit", _limit_processes, plan["process_limit"], plan["jail_nproc"]),
-            #    the run's memory cgroup, as root, likewise.
+            # 3. the run's memory cgroup, as root, likewise.
             ("memory", _limit_memory, plan["memory"]),
-            # 3. rlimits before unshare.
+            # 4. rlimits before unshare.
             ("rlimits", _set_rlimits, plan["rlimits"]),
-            # 4. not root: a user namespace of the caller's own ids, for the
+            # 5. not root: a user namespace of the caller's own ids, for the
             #    right to mount (real root has it already).
             ("build_namespace", _enter_build_namespace, plan["build_userns"], plan["uid"],
              plan["gid"]),
-            # 5. the root, built in a private mount namespace with the
+            # 6. the root, built in a private mount namespace with the
             #    caller's rights (a bind is walked as the caller walks it),
             #    then pivoted into.
             ("root", _build_root, plan["staging"], plan["scratch"], plan["root_ops"],
              plan["uid"], plan["gid"]),
-            # 6. the jail's host ids: a root caller drops to them here, groups
+            # 7. the jail's host ids: a root caller drops to them here, groups
             #    cleared, before any namespace that would keep host uid 0.
             ("identity", _take_identity, plan["uid"], plan["gid"]),
-            # 7. every namespace in one unshare (the new user namespace owns
+            # 8. every namespace in one unshare (the new user namespace owns
             #    the others; the mounts of step 5 become locked in it), the
             #    ids mapped to themselves.
             ("namespaces", _unshare, plan["unshare_flags"], plan["uid"], plan["gid"]),
-            #    the run's own process count: RLIMIT_NPROC counts per user
+            # 9. the run's own process count: RLIMIT_NPROC counts per user
             #    namespace (5.14 on), so this one counts the run alone.
             ("jail_processes", _limit_jail_processes, plan["jail_nproc"]),
-            # 8. parent-death signal after the helper's last credential change
+            # 10. parent-death signal after the helper's last credential change
             #    (a change of credentials clears it), then re-check the parent.
             ("parent_death", _die_with_parent, plan["parent_pid"]),
-            # 9. fork pid 1 (a reaper) and pid 2 of the new PID namespace; the
+            # 11. fork pid 1 (a reaper) and pid 2 of the new PID namespace; the
             #    helper stays outside, confined, waits for pid 2 and forwards
             #    its exit status. Only pid 2 returns from this step.
             ("pid_namespace", _enter_pid_namespace, plan["seccomp_bpf"], plan["landlock"]),
             # In pid 2:
-            # 10. the jail's own /proc over the host's, masked; hostname; cwd.
+            # 12. the jail's own /proc over the host's, masked; hostname; cwd.
             ("proc", _enter_jail, plan["proc_ops"], plan["hostname"], plan["workdir"]),
-            # 11. capabilities dropped, inside every namespace.
+            # 13. capabilities dropped, inside every namespace.
             ("capabilities", _drop_capabilities),
-            # 12. descriptors: after every step that opens files.
+            # 14. descriptors: after every step that opens files.
             ("descriptors", _close_inherited_fds),
-            # 13. NO_NEW_PRIVS, required by Landlock and seccomp as non-root.
+            # 15. NO_NEW_PRIVS, required by Landlock and seccomp as non-root.
             ("no_new_privs", _install().set_no_new_privs),
-            # 14. Landlock on the jail's own paths (its syscalls must not be
+            # 16. Landlock on the jail's own paths (its syscalls must not be
             #     filtered yet).
             ("landlock", _restrict_filesystem, plan["landlock"]),
-            # 15. seccomp last: after it only the allow-list runs, then exec.
+            # 17. seccomp last: after it only the allow-list runs, then exec.
             ("seccomp", _install().install_seccomp, plan["seccomp_bpf"]),
         ]
         fail_at = plan["fail_at"]
