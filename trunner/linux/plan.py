@@ -387,8 +387,11 @@ def hashed_plan(plan: HelperPlan, env: Mapping[str, str], jail_dir: str) -> dict
     path_rules = sorted({(name(path), access) for path, access in rules.path_rules})
     data: dict[str, Any] = msgspec.structs.asdict(plan)
     data["landlock"] = msgspec.structs.replace(rules, path_rules=tuple(path_rules))
-    data["root_ops"] = [(op, name(a) if op == "bind" else a, name(b), n)
-                        for op, a, b, n in plan.root_ops]
+    # Sorted: the order of the binds follows where the install lives (a
+    # checkout under /tmp sorts apart from one under /work); the set is what
+    # the placeholders make the same.
+    data["root_ops"] = sorted((op, name(a) if op == "bind" else a, name(b), n)
+                              for op, a, b, n in plan.root_ops)
     if plan.process_limit[0] == "pids_cgroup":
         data["process_limit"] = ("pids_cgroup", CGROUP, plan.process_limit[2])
     if plan.memory[0] == "memory_cgroup":
