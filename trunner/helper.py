@@ -47,6 +47,7 @@ _CLONE_NEWUSER = 0x10000000
 _SIGSTOP = 19
 _SIGINT = 2
 _SIGSYS = 31
+_CLD_EXITED = 1  # si_code of a child that exited
 _SCOPE_SIGNAL = 2  # landlock.SCOPE_SIGNAL
 _S_IFMT = 0o170000
 _S_IFIFO = 0o010000
@@ -432,8 +433,9 @@ def _confine_self(bpf: bytes, ruleset: "tuple[Any, ...] | None") -> None:
 
 def _run_init(done: int, bpf: bytes, ruleset: "tuple[Any, ...]") -> "NoReturn":
     """Pid 1 of the jail: holds no descriptor of the run, reaps orphans,
-    writes pid 2's end ("CODE STATUS" of waitid) on `done`, then blocks
-    until killed (pid 2 stays a zombie, for the helper to name)."""
+    writes pid 2's end ("CODE STATUS" of waitid) on `done`, then exits,
+    which ends the namespace; after a seccomp kill it blocks until killed
+    instead (pid 2 stays a zombie, for the helper to name)."""
     try:
         _install().set_parent_death_signal(_SIGKILL)
         os.chdir("/")  # the jail's root, not the helper's host jail dir
@@ -453,12 +455,11 @@ def _run_init(done: int, bpf: bytes, ruleset: "tuple[Any, ...]") -> "NoReturn":
             continue
         if info.si_pid == 2:
             os.write(0, b"%d %d" % (info.si_code, info.si_status))
-            while True:
+            if info.si_code == _CLD_EXITED or info.si_status != _SIGSYS:
+                os._exit(0)  # the kernel kills (and reaps) what is left
+            while True:  # a seccomp kill: pid 2 stays a zombie for the helper
                 os.read(block, 1)
         os.waitpid(info.si_pid, 0)
-
-
-_CLD_EXITED = 1
 
 
 def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes) -> "NoReturn":
