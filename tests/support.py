@@ -371,3 +371,23 @@ async def jail_ready(helper: int, *, go: bool = True, timeout_s: float = 30) -> 
 def let_go(jail: int) -> None:
     """Create `go` in the jail's working dir: `ready()` returns."""
     Path(f"/proc/{jail}/cwd/go").touch()
+
+
+# A probe that makes one getpid through another ABI (argv[1]: "x32", or "i386"
+# through int 0x80), which seccomp kills; it prints "survived N" otherwise.
+FOREIGN_ABI_C = r"""
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    long r = -2;
+    if (argc > 1 && strcmp(argv[1], "x32") == 0) {
+        r = syscall(0x40000000L + 39);  /* __X32_SYSCALL_BIT + getpid */
+    } else if (argc > 1 && strcmp(argv[1], "i386") == 0) {
+        __asm__ volatile ("int $0x80" : "=a"(r) : "a"(20L)  /* i386 getpid */
+                          : "memory", "r8", "r9", "r10", "r11");
+    }
+    printf("survived %ld\n", r);
+    return 0;
+}
+"""

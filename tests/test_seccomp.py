@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from support import FOREIGN_ABI_C
 from trunner.linux import install, seccomp
 
 REPO = str(Path(__file__).resolve().parents[1])
@@ -540,23 +541,6 @@ def test_what_the_namespaces_contain_is_allowed(bpf_file: Path, tmp_path: Path) 
 
 
 GCC = shutil.which("gcc") or shutil.which("cc")
-
-FOREIGN_ABI_C = r"""
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    long r = -2;
-    if (argc > 1 && strcmp(argv[1], "x32") == 0) {
-        r = syscall(0x40000000L + 39);  /* __X32_SYSCALL_BIT + getpid */
-    } else if (argc > 1 && strcmp(argv[1], "i386") == 0) {
-        __asm__ volatile ("int $0x80" : "=a"(r) : "a"(20L)  /* i386 getpid */
-                          : "memory", "r8", "r9", "r10", "r11");
-    }
-    printf("survived %ld\n", r);
-    return 0;
-}
-"""
 
 
 @pytest.fixture(scope="module")

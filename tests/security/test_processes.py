@@ -19,6 +19,7 @@ import trio
 
 from conftest import child_pids, landlock_abi_in_force
 from support import (
+    FOREIGN_ABI_C,
     READY,
     denied,
     is_alive,
@@ -265,24 +266,6 @@ async def test_setuid_family_reaches_only_held_ids(runner: Runner) -> None:
     assert all(r in ("EINVAL", "EPERM") for r in result["other"]), result
     assert result["overflow"] in (["EINVAL"], ["EPERM"]), result
     assert result["unchanged"] is True
-
-
-FOREIGN_ABI_C = r"""
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    long r = -2;
-    if (strcmp(argv[1], "x32") == 0) {
-        r = syscall(0x40000000L + 39);  /* __X32_SYSCALL_BIT + getpid */
-    } else {
-        __asm__ volatile ("int $0x80" : "=a"(r) : "a"(20L)  /* i386 getpid */
-                          : "memory", "r8", "r9", "r10", "r11");
-    }
-    printf("survived %ld\n", r);
-    return 0;
-}
-"""
 
 
 @pytest.fixture(scope="module")
