@@ -65,13 +65,13 @@ now = time.perf_counter  # CLOCK_MONOTONIC, as the wrapper's perf_counter_ns
 
 # Runs in place of the worker script, started the same way (`python -I -S`,
 # trunner found through the --path dir, passed first): the same imports, then
-# helper.main with its plan parse, ctypes import, every `_apply` step and the
+# helper.main with its plan parse, install import, every `_apply` step and the
 # exec timestamped; the marks go to stderr just before the exec.
 WRAPPER = r"""
 import time
 _t = time.perf_counter_ns
 marks = [("start", _t())]
-import os, sys
+import posix, sys
 sys.path.insert(0, sys.argv.pop(1))
 from trunner.worker import main
 marks.append(("import trunner.worker", _t()))
@@ -90,16 +90,16 @@ def after(fn, name=None):
 helper._read_plan = after(helper._read_plan, "plan parse")
 helper._install = after(helper._install, "install")
 helper._apply = after(helper._apply)
-_execv = os.execv
+_execv = posix.execv
 def execv(path, args):
     marks.append(("exec", _t()))
-    os.write(2, ("MARK " + ";".join("%s=%d" % m for m in marks) + "\n").encode())
+    posix.write(2, ("MARK " + ";".join("%s=%d" % m for m in marks) + "\n").encode())
     _execv(path, args)
-os.execv = execv
+posix.execv = execv
 helper.main(sys.argv[2:])
 """.replace("MARK", MARK)
 STEP_NAMES = {"start": "interpreter start (fork+exec+init, -I -S)",
-              "install": "import trunner.linux.install (ctypes)"}
+              "install": "import trunner.linux.install (_kernel)"}
 
 
 @dataclasses.dataclass

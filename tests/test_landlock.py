@@ -49,15 +49,6 @@ def test_constants_match_uapi() -> None:
     assert (ll.MIN_ABI, ll.KNOWN_ABI) == (1, 7)
 
 
-def test_struct_layouts() -> None:
-    import ctypes
-
-    assert ctypes.sizeof(install._PathBeneath) == 12  # packed
-    assert install._PathBeneath.parent_fd.offset == 8
-    assert ctypes.sizeof(install._RulesetAttr) == 24
-    assert ctypes.sizeof(install._NetPort) == 16
-
-
 @pytest.mark.parametrize(
     ("abi", "fs", "net", "scope"),
     [

@@ -5,8 +5,6 @@ Exports are lazy: the worker's helper stage imports `trunner.helper` through
 this package and must not pay for trio or msgspec.
 """
 
-from __future__ import annotations
-
 # Not `from typing import TYPE_CHECKING`: importing typing costs the helper ~5 ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,7 +50,7 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:  # noqa: ANN401
+def __getattr__(name: str) -> "Any":  # noqa: ANN401
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'trunner' has no attribute {name!r}")

@@ -7,12 +7,10 @@ see `adapter_argv`). A user mode, a `package.module:function` spec, gets
 msgspec, imported only then, so it may return anything msgspec encodes
 (Structs, dataclasses, datetimes). An exception exits 1 with its traceback
 on stderr and no frame. After the frame is written the process leaves with
-`os._exit(0)`, skipping interpreter teardown.
+`posix._exit(0)`, skipping interpreter teardown.
 """
 
-from __future__ import annotations
-
-import os
+import posix
 import sys
 
 from trunner.wire import HEADER_BYTES, frame, unpack
@@ -42,12 +40,12 @@ def serve(mode: str) -> int:
 
         traceback.print_exc()
         sys.stderr.flush()
-        os._exit(1)
+        posix._exit(1)
     _write_all(1, reply)
-    os._exit(0)
+    posix._exit(0)
 
 
-def _resolve(mode: str) -> Callable[[bytes], bytes]:
+def _resolve(mode: str) -> "Callable[[bytes], bytes]":
     """How `mode` turns a request body into a reply frame."""
     if mode == "echo":
         return lambda body: frame(echo(unpack(body)))
@@ -73,7 +71,7 @@ def _resolve(mode: str) -> Callable[[bytes], bytes]:
 def _read_exact(fd: int, n: int) -> bytes:
     parts, left = [], n
     while left:
-        chunk = os.read(fd, min(left, 1 << 20))
+        chunk = posix.read(fd, min(left, 1 << 20))
         if not chunk:
             raise EOFError(f"request truncated: {n - left} of {n} bytes")
         parts.append(chunk)
@@ -89,4 +87,4 @@ def _read_request() -> bytes:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view) :]
+        view = view[posix.write(fd, view) :]

@@ -3,8 +3,9 @@
 Runs between spawn and exec as `trunner-worker helper PLAN FD -- ADAPTER...`,
 where PLAN is one hex argv item of a marshal dict the parent resolved (see
 `trunner.linux.plan`) and FD the write end of the report pipe. Imports only
-os, marshal (built in), `trunner.linux.install` (os + ctypes) and
-`trunner.linux.mounts` (os + install); never trio, msgspec or a binding.
+posix and marshal (built in; `os` alone costs ~1.5 ms here),
+`trunner.linux.install` (posix + `_kernel`, the raw system calls) and
+`trunner.linux.mounts` (posix + install); never trio, msgspec or ctypes.
 
 Every layer is mandatory: a plan without one of them is refused, never
 read as "skip". Each step applies fully or the helper reports the step on
@@ -15,7 +16,7 @@ refusal. The order is written once, in `main`. Seccomp is last.
 """
 
 import marshal
-import os
+import posix
 
 TYPE_CHECKING = False  # not from typing: importing it costs ~5 ms here
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ def main(argv: "list[str]") -> "NoReturn":
                 continue
             _apply(name, fn, *args)
         try:
-            os.execv(adapter[0], adapter)
+            posix.execv(adapter[0], adapter)
         except OSError as e:
             raise SetupError(f"exec: {adapter[0]}: {e.strerror}", e.errno or 0) from None
     except SetupError as e:
@@ -144,11 +145,11 @@ def _take_report_fd(text: str) -> None:
     try:
         fd = int(text)
         if fd != REPORT_FD:
-            os.dup2(fd, REPORT_FD)
-            os.close(fd)
+            posix.dup2(fd, REPORT_FD)
+            posix.close(fd)
     except (ValueError, OSError) as e:
-        os.write(2, f"trunner-helper: no report pipe ({e})\n".encode())
-        os._exit(SANDBOX_SETUP_EXIT)
+        posix.write(2, f"trunner-helper: no report pipe ({e})\n".encode())
+        posix._exit(SANDBOX_SETUP_EXIT)
 
 
 def _read_plan(argv: "list[str]") -> "tuple[dict[str, Any], list[str]]":
@@ -190,9 +191,9 @@ def _apply(name: str, fn: "Any", *args: "Any") -> None:  # noqa: ANN401 (no typi
 def _fail(e: SetupError) -> "NoReturn":
     err = f" (errno {e.err})" if e.err else ""
     try:
-        os.write(REPORT_FD, f"{e.step}{err}".encode(errors="replace")[:4000])
+        posix.write(REPORT_FD, f"{e.step}{err}".encode(errors="replace")[:4000])
     finally:
-        os._exit(e.exit_code)
+        posix._exit(e.exit_code)
 
 
 _INSTALL: "list[Any]" = []
@@ -211,7 +212,8 @@ def _install() -> "Any":  # noqa: ANN401 (the module, without importing typing)
 
 
 def _check_env(allowed: "list[str]") -> None:
-    extra = sorted(set(os.environ) - set(allowed))
+    names = {name.decode("utf-8", "surrogateescape") for name in posix.environ}
+    extra = sorted(names - set(allowed))
     if extra:
         raise SetupError(f"env: unexpected variables {', '.join(extra)}")
 
@@ -219,16 +221,14 @@ def _check_env(allowed: "list[str]") -> None:
 def _limit_processes(limit: "tuple[str, str, int]", jail_nproc: int) -> None:
     kind, path, processes = limit
     if kind == "pids_cgroup":
-        _install().write_file(os.path.join(path, "pids.max"), b"%d" % processes)
+        _install().write_file(f"{path}/pids.max", b"%d" % processes)
         _join_cgroup(path)
     elif kind == "userns_nproc":
         if jail_nproc < 1:
             raise SetupError("process_limit: userns_nproc without a jail_nproc")
     elif kind == "rlimit_nproc":
-        nproc = _count_processes(os.getuid()) + processes - 1
-        import resource
-
-        resource.setrlimit(_RLIMIT_NPROC, (nproc, nproc))
+        nproc = _count_processes(posix.getuid()) + processes - 1
+        _install().set_rlimit(_RLIMIT_NPROC, nproc, nproc)
     else:
         raise SetupError(f"process_limit: unknown mechanism {kind!r}")
 
@@ -240,40 +240,45 @@ def _limit_memory(memory: "tuple[str, str, int]") -> None:
     if kind != "memory_cgroup":
         raise SetupError(f"memory: unknown mechanism {kind!r}")
     write = _install().write_file
-    if os.path.exists(os.path.join(path, "memory.max")):  # v2: no swap either
-        write(os.path.join(path, "memory.max"), b"%d" % limit)
-        swap = os.path.join(path, "memory.swap.max")
-        if os.path.exists(swap):
+    if _exists(f"{path}/memory.max"):  # v2: no swap either
+        write(f"{path}/memory.max", b"%d" % limit)
+        swap = f"{path}/memory.swap.max"
+        if _exists(swap):
             write(swap, b"0")
     else:  # v1; memory+swap too where swap is accounted (set after the limit)
-        write(os.path.join(path, "memory.limit_in_bytes"), b"%d" % limit)
-        swap = os.path.join(path, "memory.memsw.limit_in_bytes")
-        if os.path.exists(swap):
+        write(f"{path}/memory.limit_in_bytes", b"%d" % limit)
+        swap = f"{path}/memory.memsw.limit_in_bytes"
+        if _exists(swap):
             write(swap, b"%d" % limit)
     _join_cgroup(path)
 
 
 def _limit_jail_processes(jail_nproc: int) -> None:
     if jail_nproc:
-        import resource
-
-        resource.setrlimit(_RLIMIT_NPROC, (jail_nproc, jail_nproc))
+        _install().set_rlimit(_RLIMIT_NPROC, jail_nproc, jail_nproc)
 
 
 def _join_cgroup(path: str) -> None:
     # Writing 0 moves the writer; children inherit the cgroup. On cgroup v1,
     # `tasks` moves only the calling thread (all of us: single-threaded) and
     # skips the global threadgroup lock whose RCU sync costs ~10 ms.
-    tasks = os.path.join(path, "tasks")
-    _install().write_file(tasks if os.path.exists(tasks) else os.path.join(path, "cgroup.procs"),
-                          b"0")
+    tasks = f"{path}/tasks"
+    _install().write_file(tasks if _exists(tasks) else f"{path}/cgroup.procs", b"0")
+
+
+def _exists(path: str) -> bool:
+    try:
+        posix.stat(path)
+    except OSError:
+        return False
+    return True
 
 
 def _count_processes(uid: int) -> int:
     """Tasks (threads count: RLIMIT_NPROC counts tasks) of the real `uid`."""
     total = 0
     try:
-        names = os.listdir("/proc")
+        names = posix.listdir("/proc")
     except OSError as e:
         raise SetupError(f"process_count: /proc: {e.strerror}", e.errno or 0,
                          PROCESS_COUNT_EXIT) from None
@@ -305,21 +310,19 @@ def _count_processes(uid: int) -> int:
 
 
 def _set_rlimits(rlimits: "list[tuple[int, int, int]]") -> None:
-    import resource
-
+    set_rlimit = _install().set_rlimit
     for res, soft, hard in rlimits:
         try:
-            resource.setrlimit(res, (soft, hard))
-        except (OSError, ValueError) as e:
-            errno = e.errno if isinstance(e, OSError) else 0
-            raise SetupError(f"rlimits: setrlimit({res}, {soft}, {hard}): {e}",
-                             errno or 0) from None
+            set_rlimit(res, soft, hard)
+        except OSError as e:
+            raise SetupError(f"rlimits: setrlimit({res}, {soft}, {hard}): {e.strerror}",
+                             e.errno or 0) from None
 
 
 def _enter_build_namespace(wanted: bool, uid: int, gid: int) -> None:
     if wanted:
         _unshare(_CLONE_NEWUSER, uid, gid)
-    elif os.getuid() != 0:
+    elif posix.getuid() != 0:
         raise SetupError("build_namespace: not root, and the plan has no user namespace")
 
 
@@ -329,13 +332,13 @@ def _build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, 
 
     # The helper keeps its host jail dir as its cwd (outside the new root),
     # so the host sees which jail a helper serves; pid 1 and pid 2 leave it.
-    here = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    here = posix.open(".", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
     try:
         _install().unshare(_CLONE_NEWNS)
         mounts.build_root(staging, scratch, ops, (uid, gid))
-        os.fchdir(here)
+        posix.fchdir(here)
     finally:
-        os.close(here)
+        posix.close(here)
 
 
 def _take_identity(uid: int, gid: int) -> None:
@@ -343,15 +346,15 @@ def _take_identity(uid: int, gid: int) -> None:
     or check that this is who we are (anyone else)."""
     if uid == 0 or gid == 0:
         raise SetupError("identity: a jail never runs as host uid or gid 0")
-    if os.getuid() == 0:
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        os.setresuid(uid, uid, uid)
+    if posix.getuid() == 0:
+        posix.setgroups([])
+        posix.setresgid(gid, gid, gid)
+        posix.setresuid(uid, uid, uid)
         # The uid change cleared "dumpable", which makes /proc/self/*_map
         # root's: this process writes its own maps next.
         _install().set_dumpable(True)
-    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
-        raise SetupError(f"identity: running as {os.getresuid()}/{os.getresgid()}, "
+    if posix.getresuid() != (uid, uid, uid) or posix.getresgid() != (gid, gid, gid):
+        raise SetupError(f"identity: running as {posix.getresuid()}/{posix.getresgid()}, "
                          f"the plan says {uid}/{gid}")
 
 
@@ -394,24 +397,24 @@ def _enter_pid_namespace(bpf: bytes, ruleset: "tuple[Any, ...]") -> None:
     if type(ruleset) not in (list, tuple) or len(ruleset) != 6:
         raise SetupError("landlock: malformed plan item (TypeError)")
     _last_cap()
-    proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    ends, done = os.pipe2(os.O_CLOEXEC)
-    init = os.fork()
+    proc = posix.open("/proc", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
+    ends, done = posix.pipe2(posix.O_CLOEXEC)
+    init = posix.fork()
     if init == 0:
         try:  # pid 1 never goes on with the chain, whatever fails here
-            os.close(ends)
-            os.close(proc)
+            posix.close(ends)
+            posix.close(proc)
             # The kernel shields a namespace's init from its namespace's
             # signals it has no handler for: drop the interpreter's SIGINT
             # handler first.
             _install().default_signal(_SIGINT)
-            jail = os.fork()
+            jail = posix.fork()
         except BaseException as e:
             _fail(SetupError(f"pid_namespace: pid 1: {type(e).__name__}: {e}"))
         if jail == 0:
             return  # pid 2: on with the chain (the descriptors step closes `done`)
         _run_init(done, bpf, ruleset)
-    os.close(done)
+    posix.close(done)
     _wait_and_forward(init, ends, proc, bpf)
 
 
@@ -438,28 +441,28 @@ def _run_init(done: int, bpf: bytes, ruleset: "tuple[Any, ...]") -> "NoReturn":
     instead (pid 2 stays a zombie, for the helper to name)."""
     try:
         _install().set_parent_death_signal(_SIGKILL)
-        os.chdir("/")  # the jail's root, not the helper's host jail dir
-        os.dup2(done, 0)
-        os.close(done)
-        os.close(1)
-        os.close(2)
+        posix.chdir("/")  # the jail's root, not the helper's host jail dir
+        posix.dup2(done, 0)
+        posix.close(done)
+        posix.close(1)
+        posix.close(2)
         _install().close_from(REPORT_FD + 1)
-        block, _hold = os.pipe()  # read forever: this process holds the write end
+        block, _hold = posix.pipe()  # read forever: this process holds the write end
         _confine_self(bpf, ruleset)
-        os.close(REPORT_FD)
+        posix.close(REPORT_FD)
     except BaseException as e:
         _fail(SetupError(f"pid_namespace: pid 1: {type(e).__name__}: {e}"))
     while True:
-        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        info = posix.waitid(posix.P_ALL, 0, posix.WEXITED | posix.WNOWAIT)
         if info is None:
             continue
         if info.si_pid == 2:
-            os.write(0, b"%d %d" % (info.si_code, info.si_status))
+            posix.write(0, b"%d %d" % (info.si_code, info.si_status))
             if info.si_code == _CLD_EXITED or info.si_status != _SIGSYS:
-                os._exit(0)  # the kernel kills (and reaps) what is left
+                posix._exit(0)  # the kernel kills (and reaps) what is left
             while True:  # a seccomp kill: pid 2 stays a zombie for the helper
-                os.read(block, 1)
-        os.waitpid(info.si_pid, 0)
+                posix.read(block, 1)
+        posix.waitpid(info.si_pid, 0)
 
 
 def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes) -> "NoReturn":
@@ -468,52 +471,52 @@ def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes) -> "NoReturn"
     signal."""
     try:
         for fd in (0, 1, 2):  # the jail's pipes are the jail's alone
-            os.close(fd)
+            posix.close(fd)
         _confine_self(bpf, None)
     except BaseException as e:
-        os.kill(init, _SIGKILL)
+        posix.kill(init, _SIGKILL)
         _fail(SetupError(f"pid_namespace: helper: {type(e).__name__}: {e}"))
-    end = os.read(ends, 64)  # one atomic write, or EOF when pid 1 died first
+    end = posix.read(ends, 64)  # one atomic write, or EOF when pid 1 died first
     jail = 0
     if end:
         code, value = map(int, end.split())
         if code != _CLD_EXITED and value == _SIGSYS:
             jail = _host_pid_of_pid_2(proc, init)
-    os.kill(init, _SIGKILL)  # the kernel kills (and pid 1 reaps) what is left
-    _, status = os.waitpid(init, 0)
+    posix.kill(init, _SIGKILL)  # the kernel kills (and pid 1 reaps) what is left
+    _, status = posix.waitpid(init, 0)
     if not end:  # pid 1 died first (killed): its end is the jail's
-        code = _CLD_EXITED if os.WIFEXITED(status) else 2
-        value = os.waitstatus_to_exitcode(status)
+        code = _CLD_EXITED if posix.WIFEXITED(status) else 2
+        value = posix.waitstatus_to_exitcode(status)
         value = value if value >= 0 else -value
     if code == _CLD_EXITED:
-        os.close(REPORT_FD)
-        os._exit(value)
+        posix.close(REPORT_FD)
+        posix._exit(value)
     if jail:
-        os.write(REPORT_FD, JAIL_PID_NOTE + b"%d" % jail)
-    os.close(REPORT_FD)
+        posix.write(REPORT_FD, JAIL_PID_NOTE + b"%d" % jail)
+    posix.close(REPORT_FD)
     if value not in (_SIGKILL, _SIGSTOP):
         import signal  # only on this path: ~1 ms
 
         signal.signal(value, signal.SIG_DFL)
-    os.kill(os.getpid(), value)
-    os._exit(128 + value)  # a signal whose default is not to terminate
+    posix.kill(posix.getpid(), value)
+    posix._exit(128 + value)  # a signal whose default is not to terminate
 
 
 def _host_pid_of_pid_2(proc: int, init: int) -> int:
     """Pid 2's host pid (for the kernel log's seccomp record): the child of
     pid 1 whose NSpid ends in 2. 0 when it cannot be read."""
     try:
-        fd = os.open(f"{init}/task/{init}/children", os.O_RDONLY, dir_fd=proc)
+        fd = posix.open(f"{init}/task/{init}/children", posix.O_RDONLY, dir_fd=proc)
         try:
-            children = os.read(fd, 4096).split()
+            children = posix.read(fd, 4096).split()
         finally:
-            os.close(fd)
+            posix.close(fd)
         for child in children:
-            fd = os.open(f"{int(child)}/status", os.O_RDONLY, dir_fd=proc)
+            fd = posix.open(f"{int(child)}/status", posix.O_RDONLY, dir_fd=proc)
             try:
-                status = os.read(fd, 4096)
+                status = posix.read(fd, 4096)
             finally:
-                os.close(fd)
+                posix.close(fd)
             for line in status.split(b"\n"):
                 if line.startswith(b"NSpid:") and line.split()[-1] == b"2":
                     return int(child)
@@ -524,7 +527,7 @@ def _host_pid_of_pid_2(proc: int, init: int) -> int:
 
 def _close_inherited_fds() -> None:
     for fd in (0, 1, 2, REPORT_FD):
-        if os.fstat(fd).st_mode & _S_IFMT != _S_IFIFO:
+        if posix.fstat(fd).st_mode & _S_IFMT != _S_IFIFO:
             raise SetupError(f"descriptors: fd {fd} is not the runner's pipe")
     install = _install()
     install.set_cloexec(REPORT_FD)  # closed by the exec: EOF tells the parent it happened
@@ -538,5 +541,5 @@ def _restrict_filesystem(args: "tuple[Any, ...]") -> None:
 def _die_with_parent(parent_pid: int) -> None:
     _install().set_parent_death_signal(_SIGKILL)
     # The parent may have died before the signal was armed.
-    if os.getppid() != parent_pid:
+    if posix.getppid() != parent_pid:
         raise SetupError("parent_death: the parent exited before the signal was armed")

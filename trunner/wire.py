@@ -2,8 +2,9 @@
 writes its reply.
 
 Every jailed adapter pays for its imports on each spawn, so this module
-imports only `struct`: msgspec costs ~20 ms there (typing, inspect, decimal,
-uuid, datetime). The parent keeps msgspec and its strict, typed decoding
+imports nothing but the built-in itertools (`struct` only at the first
+float): msgspec costs ~20 ms there (typing, inspect, decimal, uuid,
+datetime). The parent keeps msgspec and its strict, typed decoding
 (protocol.py). tests/test_wire.py checks value by value that `pack` writes
 exactly msgspec's bytes and `unpack` reads what msgspec writes. Pure: no IO,
 no typing, no enum.
@@ -14,9 +15,6 @@ TypeError. Decodes every msgpack type; an ext value (a timestamp too) stays
 an opaque `Ext` and is written back byte for byte.
 """
 
-from __future__ import annotations
-
-import struct
 from itertools import chain
 
 TYPE_CHECKING = False  # not from typing: importing it costs the adapter ~5 ms
@@ -39,8 +37,19 @@ EXEC_COLLECT_MAX_FILES = 1024
 EXEC_PATH_MAX_BYTES = 4095
 EXEC_NAME_MAX_BYTES = 255
 
-_F64 = struct.Struct(">d")
-_F32 = struct.Struct(">f")
+_STRUCTS: "dict[str, Any]" = {}
+
+
+def _floats(fmt: str) -> "Any":  # noqa: ANN401 (a struct.Struct; no typing here)
+    """struct.Struct(fmt), importing struct at the first float (~0.5 ms)."""
+    packer = _STRUCTS.get(fmt)
+    if packer is None:
+        import struct
+
+        packer = _STRUCTS[fmt] = struct.Struct(fmt)
+    return packer
+
+
 # Fixed-size ext: marker -> data size.
 _FIXEXT = {0xD4: 1, 0xD5: 2, 0xD6: 4, 0xD7: 8, 0xD8: 16}
 _END = object()  # no more items; no key yet
@@ -157,7 +166,7 @@ def _pack_scalar(obj: object, out: bytearray) -> None:
         _pack_int(int(obj), out)
     elif isinstance(obj, float):
         out.append(0xCB)
-        out += _F64.pack(obj)
+        out += _floats(">d").pack(obj)
     elif isinstance(obj, str):
         data = obj.encode()
         _size(out, len(data), 0xA0, 31, 0xD9, 0xDA)
@@ -253,9 +262,9 @@ def _head(data: bytes, i: int) -> tuple[object, int, int]:
         n = 1 << (b - 0xD0)
         return int.from_bytes(_take(data, i, n), "big", signed=True), i + n, 0
     if b == 0xCA:
-        return _F32.unpack(_take(data, i, 4))[0], i + 4, 0
+        return _floats(">f").unpack(_take(data, i, 4))[0], i + 4, 0
     if b == 0xCB:
-        return _F64.unpack(_take(data, i, 8))[0], i + 8, 0
+        return _floats(">d").unpack(_take(data, i, 8))[0], i + 8, 0
     if 0xD9 <= b <= 0xDB:
         n = 1 << (b - 0xD9)
         return _str(data, i + n, _uint(data, i, n))

@@ -5,9 +5,6 @@ jail's first stage and must start fast. Every other mode is an adapter
 (adapters.py): it reads one request frame, writes one response frame, exits.
 """
 
-from __future__ import annotations
-
-import os
 import sys
 
 #: File name of the worker binary this package installs.
@@ -53,6 +50,8 @@ def locate_worker() -> str:
     Raises:
         RunnerError: `worker_not_found`, listing where it looked.
     """
+    import os
+
     here = os.path.dirname(os.path.abspath(sys.executable))
     tried = [os.path.join(here, WORKER_BINARY), os.path.join(os.path.dirname(here), WORKER_BINARY)]
     for path in tried:

@@ -1,6 +1,6 @@
 """Helper side: build the jail's root, pivot into it, and give it a /proc.
 
-Imports only `os` and `trunner.linux.install` (ctypes). Every operation
+Imports only `posix` and `trunner.linux.install`. Every operation
 comes resolved from the parent (`plan.root_ops`, `plan.proc_ops`); a refused
 one raises `OSError` naming the target, and the helper refuses the jail:
 nothing half-built is ever run in.
@@ -22,10 +22,9 @@ allowed where a full one is visible already), its sensitive entries masked,
 then the hostname and the working dir.
 """
 
-import ctypes
-import os
+import posix
 
-from trunner.linux.install import _check, libc, pivot_root
+from trunner.linux.install import _path, call, pivot_root
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -53,18 +52,23 @@ NEW = "/newroot"
 SCRATCH = "/scratch"
 
 
-def _b(text: str) -> bytes:
-    return os.fsencode(text)
-
-
 def mount(source: str, target: str, fstype: str, flags: int, data: str = "") -> None:
-    _check(libc().mount(_b(source) if source else None, _b(target),
-                        _b(fstype) if fstype else None, ctypes.c_ulong(flags),
-                        _b(data) if data else None), f"mount({target})")
+    try:
+        call("mount", _path(source) if source else None, _path(target),
+             _path(fstype) if fstype else None, flags, _path(data) if data else None)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, f"mount({target})") from None
 
 
 def umount(target: str, flags: int) -> None:
-    _check(libc().umount2(_b(target), ctypes.c_int(flags)), f"umount2({target})")
+    try:
+        call("umount2", _path(target), flags)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, f"umount2({target})") from None
+
+
+def _dirname(path: str) -> str:
+    return path.rpartition("/")[0] or "/"
 
 
 def _mkdirs(path: str, mode: int = 0o755) -> None:
@@ -72,15 +76,15 @@ def _mkdirs(path: str, mode: int = 0o755) -> None:
     for part in path.strip("/").split("/"):
         current += "/" + part
         try:  # noqa: SIM105 (contextlib is one import too many for the helper)
-            os.mkdir(current, mode)
+            posix.mkdir(current, mode)
         except FileExistsError:
             pass
 
 
 def _touch(path: str, mode: int = 0o444) -> None:
-    _mkdirs(os.path.dirname(path))
+    _mkdirs(_dirname(path))
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, mode))
+        posix.close(posix.open(path, posix.O_WRONLY | posix.O_CREAT | posix.O_CLOEXEC, mode))
     except OSError as e:
         raise OSError(e.errno, e.strerror, path) from None
 
@@ -90,7 +94,7 @@ def _bind(source: str, target: str, flags: int) -> None:
     (a submount is not carried along, so none stays writable), then remount
     it with its own flags kept and nosuid (+ nodev, + read-only) added."""
     try:
-        st = os.stat(source)
+        st = posix.stat(source)
     except OSError as e:
         raise OSError(e.errno, e.strerror, f"bind({source[len(OLD):]})") from None
     if st.st_mode & _S_IFMT == _S_IFDIR:
@@ -99,7 +103,7 @@ def _bind(source: str, target: str, flags: int) -> None:
         _touch(target)
     mount(source, target, "", MS_BIND)
     keep = 0
-    vfs = os.statvfs(target).f_flag
+    vfs = posix.statvfs(target).f_flag
     for st_flag, ms_flag in _ST_TO_MS:
         if vfs & st_flag:
             keep |= ms_flag
@@ -117,14 +121,14 @@ def build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, s
     the ids the jail will run as."""
     mount("", "/", "", MS_REC | MS_PRIVATE)
     mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
-    os.chdir(staging)
-    os.mkdir("newroot", 0o755)
-    os.mkdir("oldroot", 0o755)
+    posix.chdir(staging)
+    posix.mkdir("newroot", 0o755)
+    posix.mkdir("oldroot", 0o755)
     mount("newroot", "newroot", "", MS_BIND)  # a mount point, for the last pivot
     pivot_root(".", "oldroot")
-    os.chdir("/")
+    posix.chdir("/")
     size, inodes = scratch
-    os.mkdir(SCRATCH, 0o755)
+    posix.mkdir(SCRATCH, 0o755)
     mount("tmpfs", SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV,
           f"mode=0755,size={size},nr_inodes={inodes}")
     for op, a, b, n in ops:
@@ -133,22 +137,23 @@ def build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, s
             _bind(OLD + a, target, n)
         elif op == "dir":
             _mkdirs(target, n)
-            os.chmod(target, n)
+            posix.chmod(target, n)
         elif op == "symlink":
-            _mkdirs(os.path.dirname(target))
-            os.symlink(a, target)
+            _mkdirs(_dirname(target))
+            posix.symlink(a, target)
         elif op == "file":
-            _mkdirs(os.path.dirname(target))
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, n)
+            _mkdirs(_dirname(target))
+            flags = posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC
+            fd = posix.open(target, flags, n)
             try:
-                os.write(fd, _b(a))
+                posix.write(fd, _path(a))
             finally:
-                os.close(fd)
+                posix.close(fd)
         elif op == "scratch":  # a dir of the scratch tmpfs, bound on `b`
             source = SCRATCH + "/" + a
-            os.mkdir(source, n)
-            os.chown(source, *owner)
-            os.chmod(source, n)  # the umask must not narrow 1777
+            posix.mkdir(source, n)
+            posix.chown(source, *owner)
+            posix.chmod(source, n)  # the umask must not narrow 1777
             _mkdirs(target)
             mount(source, target, "", MS_BIND)
         elif op == "host_proc":
@@ -161,22 +166,22 @@ def build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, s
     mount("", NEW, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     umount(SCRATCH, MNT_DETACH)  # its dirs stay mounted where they were bound
     umount(OLD, MNT_DETACH)
-    old = os.open("/", os.O_DIRECTORY | os.O_RDONLY | os.O_CLOEXEC)
+    old = posix.open("/", posix.O_DIRECTORY | posix.O_RDONLY | posix.O_CLOEXEC)
     try:
-        os.chdir(NEW)
+        posix.chdir(NEW)
         pivot_root(".", ".")
-        os.fchdir(old)
+        posix.fchdir(old)
         umount(".", MNT_DETACH)
     finally:
-        os.close(old)
-    os.chdir("/")
+        posix.close(old)
+    posix.chdir("/")
 
 
 def _mask(target: str) -> None:
     """Hide a /proc entry: /dev/null over a file, an empty read-only tmpfs
     over a directory. Entries this kernel lacks have nothing to hide."""
     try:
-        st = os.lstat(target)
+        st = posix.lstat(target)
     except FileNotFoundError:
         return
     if st.st_mode & _S_IFMT == _S_IFDIR:
@@ -188,7 +193,7 @@ def _mask(target: str) -> None:
 
 def _read_only(target: str) -> None:
     try:
-        os.lstat(target)
+        posix.lstat(target)
     except FileNotFoundError:
         return
     mount(target, target, "", MS_BIND | MS_REC)
@@ -206,6 +211,6 @@ def enter_jail(proc_ops: "list[tuple[str, str]]", hostname: str, workdir: str) -
             _read_only(target)
         else:
             raise OSError(22, f"unknown /proc operation {op!r}", "proc")
-    name = _b(hostname)
-    _check(libc().sethostname(name, ctypes.c_size_t(len(name))), "sethostname")
-    os.chdir(workdir)
+    name = _path(hostname)
+    call("sethostname", name, len(name))
+    posix.chdir(workdir)

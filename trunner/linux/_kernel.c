@@ -1,0 +1,171 @@
+/* trunner.linux._kernel: raw system calls for the helper, without ctypes.
+ *
+ * The helper runs on every jailed spawn, before the jail exists; importing
+ * ctypes there cost ~3 ms (libffi, struct, the ctypes package). This module
+ * is the whole of what the helper needs from C:
+ *
+ *   syscall(nr, *args) -> int  up to six arguments, each an int (passed as
+ *                              a long, negative ones as such), None (NULL)
+ *                              or a bytes-like object (a pointer to its
+ *                              buffer; bytes are NUL-terminated, so a path
+ *                              passed as bytes is a C string). -1 raises
+ *                              OSError(errno).
+ *   seccomp_filter(bpf)        PR_SET_SECCOMP with `bpf`, struct sock_filter
+ *                              bytes (the struct sock_fprog points into them).
+ *   NR                         {name: number} of the calls used, from this
+ *                              build's <sys/syscall.h>.
+ *
+ * No policy lives here: trunner.linux.install and mounts decide what to call.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define MAX_ARGS 6
+
+/* Calls newer than some C libraries' headers: one number on every arch. */
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#define SYS_landlock_add_rule 445
+#define SYS_landlock_restrict_self 446
+#endif
+
+static PyObject *
+kernel_syscall(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long nr, a[MAX_ARGS] = {0};
+    Py_buffer views[MAX_ARGS];
+    int nviews = 0, err;
+    long ret;
+    PyObject *result = NULL;
+
+    if (nargs < 1 || nargs > MAX_ARGS + 1) {
+        PyErr_SetString(PyExc_TypeError, "syscall(nr, *args): 0 to 6 arguments");
+        return NULL;
+    }
+    nr = PyLong_AsLong(args[0]);
+    if (nr == -1 && PyErr_Occurred())
+        return NULL;
+    for (Py_ssize_t i = 1; i < nargs; i++) {
+        PyObject *arg = args[i];
+        if (arg == Py_None) {
+            a[i - 1] = 0;
+        } else if (PyLong_Check(arg)) {
+            a[i - 1] = (long)PyLong_AsUnsignedLongMask(arg);
+            if (PyErr_Occurred())
+                goto done;
+        } else if (PyObject_CheckBuffer(arg)) {
+            if (PyObject_GetBuffer(arg, &views[nviews], PyBUF_SIMPLE) < 0)
+                goto done;
+            a[i - 1] = (long)views[nviews].buf;
+            nviews++;
+        } else {
+            PyErr_Format(PyExc_TypeError, "syscall argument %zd: int, None or bytes, not %s",
+                         i, Py_TYPE(arg)->tp_name);
+            goto done;
+        }
+    }
+    errno = 0;
+    ret = syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+    err = errno;
+    if (ret == -1) {
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+    } else {
+        result = PyLong_FromLong(ret);
+    }
+done:
+    while (nviews > 0)
+        PyBuffer_Release(&views[--nviews]);
+    return result;
+}
+
+static PyObject *
+kernel_seccomp_filter(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    struct sock_fprog prog;
+    int ret, err;
+
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (view.len == 0 || view.len % sizeof(struct sock_filter) != 0
+        || view.len / sizeof(struct sock_filter) > BPF_MAXINSNS) {
+        PyBuffer_Release(&view);
+        errno = EINVAL;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    prog.len = (unsigned short)(view.len / sizeof(struct sock_filter));
+    prog.filter = (struct sock_filter *)view.buf;
+    ret = prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+    err = errno;
+    PyBuffer_Release(&view);
+    if (ret != 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef kernel_methods[] = {
+    {"syscall", (PyCFunction)(void (*)(void))kernel_syscall, METH_FASTCALL,
+     "syscall(nr, *args) -> int: a raw system call; -1 raises OSError."},
+    {"seccomp_filter", kernel_seccomp_filter, METH_O,
+     "seccomp_filter(bpf): install struct sock_filter bytes with PR_SET_SECCOMP."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef kernel_module = {
+    PyModuleDef_HEAD_INIT, "_kernel", "Raw system calls for trunner's helper.", -1,
+    kernel_methods,
+};
+
+static int
+add_nr(PyObject *table, const char *name, long nr)
+{
+    PyObject *value = PyLong_FromLong(nr);
+    int ret;
+    if (value == NULL)
+        return -1;
+    ret = PyDict_SetItemString(table, name, value);
+    Py_DECREF(value);
+    return ret;
+}
+
+PyMODINIT_FUNC
+PyInit__kernel(void)
+{
+    PyObject *module = PyModule_Create(&kernel_module), *table;
+    if (module == NULL)
+        return NULL;
+    table = PyDict_New();
+    if (table == NULL
+        || add_nr(table, "capset", SYS_capset) < 0
+        || add_nr(table, "close_range", SYS_close_range) < 0
+        || add_nr(table, "landlock_add_rule", SYS_landlock_add_rule) < 0
+        || add_nr(table, "landlock_create_ruleset", SYS_landlock_create_ruleset) < 0
+        || add_nr(table, "landlock_restrict_self", SYS_landlock_restrict_self) < 0
+        || add_nr(table, "mount", SYS_mount) < 0
+        || add_nr(table, "pivot_root", SYS_pivot_root) < 0
+        || add_nr(table, "prctl", SYS_prctl) < 0
+        || add_nr(table, "prlimit64", SYS_prlimit64) < 0
+        || add_nr(table, "rt_sigaction", SYS_rt_sigaction) < 0
+        || add_nr(table, "sethostname", SYS_sethostname) < 0
+        || add_nr(table, "umount2", SYS_umount2) < 0
+        || add_nr(table, "unshare", SYS_unshare) < 0
+        || PyModule_AddObject(module, "NR", table) < 0) {
+        Py_XDECREF(table);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

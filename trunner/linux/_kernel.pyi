@@ -1,0 +1,6 @@
+# trunner/linux/_kernel.c: raw system calls for the helper.
+
+NR: dict[str, int]
+
+def syscall(nr: int, /, *args: int | bytes | bytearray | None) -> int: ...
+def seccomp_filter(bpf: bytes, /) -> None: ...
