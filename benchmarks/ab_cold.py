@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Cold jailed `echo` latency of two trunner builds, interleaved in one run.
+"""Cold (or prewarmed) jailed `echo` latency of two trunner builds, interleaved in one run.
 
-    python benchmarks/ab_cold.py OLD_PYTHON NEW_PYTHON [--rounds R] [-n N]
+    python benchmarks/ab_cold.py OLD_PYTHON NEW_PYTHON [--rounds R] [-n N] [--pool]
 
 Each python is a venv's interpreter with its own trunner installed (e.g. a
 `git worktree` of an older commit set up with `scripts/setup`). Rounds
 alternate old, new, new, old, ... so load drifts hit both; each round is one
 process running N sequential `Runner.run("echo")` after one warm-up. Prints
-the p50 and p90 per build and the new/old ratio of the p50s.
+the p50 and p90 per build and the new/old ratio of the p50s. With --pool,
+each call goes to a prewarmed worker of `runner.pool("echo", size=1)`,
+timed only once the worker is blocked reading its request.
 """
 
 from __future__ import annotations
@@ -34,6 +36,24 @@ async def main():
     print(json.dumps(out))
 trio.run(main)
 """
+POOL_ROUND = r"""
+import json, sys, tempfile, time, trio
+from trunner import Runner
+n = int(sys.argv[1])
+async def main():
+    r = Runner(temp_root=tempfile.gettempdir())
+    out = []
+    async with r.pool("echo", size=1) as pool:
+        for i in range(n + 1):
+            while pool.idle_workers < 1:
+                await trio.sleep(0.005)
+            await trio.sleep(0.03)  # its adapter is blocked reading the request
+            t = time.perf_counter()
+            await pool.run(i)
+            out.append((time.perf_counter() - t) * 1000)
+    print(json.dumps(out[1:]))
+trio.run(main)
+"""
 
 
 def main() -> int:
@@ -42,12 +62,14 @@ def main() -> int:
     parser.add_argument("new")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("-n", type=int, default=30)
+    parser.add_argument("--pool", action="store_true", help="prewarmed workers, not cold")
     args = parser.parse_args()
+    code = POOL_ROUND if args.pool else ROUND
     times: dict[str, list[float]] = {"old": [], "new": []}
     order = ["old", "new", "new", "old"] * ((args.rounds + 1) // 2)
     for i, which in enumerate(order[: 2 * args.rounds]):
         python = getattr(args, which)
-        out = subprocess.run([python, "-c", ROUND, str(args.n)], capture_output=True,
+        out = subprocess.run([python, "-c", code, str(args.n)], capture_output=True,
                              text=True, check=True, cwd=tempfile.gettempdir())
         times[which] += json.loads(out.stdout)
         print(f"round {i + 1}: {which}", file=sys.stderr)

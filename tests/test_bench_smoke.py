@@ -185,3 +185,27 @@ def test_helper_steps_quick_reports_every_figure() -> None:
     assert positive(phases["total (timed calls)"])
     for name, ms in phases.items():
         assert non_negative(ms), (name, ms)
+
+
+def test_exit_chain_reports_every_step() -> None:
+    """benchmarks/exit_chain.py (root: it reads the kernel's trace) names
+    every step of a prewarmed call, each with a non-negative time."""
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("exit_chain.py reads tracefs, which needs root")
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH_DIR, "exit_chain.py"), "-n", "4", "--json"],
+        stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT_S, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
+    report = json.loads(proc.stdout)
+    assert report["calls"] >= 1
+    assert [row["step"] for row in report["steps"]] == [
+        "request written", "adapter reads it", "adapter replies", "adapter exits",
+        "pid 1 exits", "helper exits", "parent wakes", "run() returns",
+    ]
+    for row in report["steps"]:
+        assert non_negative(row["p50_ms"]), row
+        assert row["p50_ms"] <= row["p90_ms"], row
+    assert positive(report["total_p50_ms"])

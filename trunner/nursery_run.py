@@ -73,11 +73,22 @@ async def supervise(
         child.kill_group()
         nursery.cancel_scope.cancel(reason=reason.value)
 
+    # The request goes out at once, before any task starts (a pipe takes 64
+    # KiB without blocking); the feeder sends the rest, if any, and closes.
+    sent = 0
+    try:
+        sent = os.write(child.stdin.fileno(), request) if request else 0
+    except BlockingIOError:
+        pass
+    except BrokenPipeError:  # the child is gone; its exit status will tell why
+        sent = len(request)
+
     async def feed(scope: trio.CancelScope) -> None:
         with scope:
             try:
                 async with child.stdin:
-                    await child.stdin.send_all(request)
+                    if sent < len(request):
+                        await child.stdin.send_all(memoryview(request)[sent:])
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the child stopped reading; its exit status will tell why
 
