@@ -200,7 +200,7 @@ _INSTALL: "list[Any]" = []
 
 
 def _install() -> "Any":  # noqa: ANN401 (the module, without importing typing)
-    """trunner.linux.install, imported once (ctypes is its only cost)."""
+    """trunner.linux.install, imported once (it loads _kernel, the C system calls)."""
     if not _INSTALL:
         from trunner.linux import install
 
