@@ -92,6 +92,8 @@ helper._install = after(helper._install, "install")
 helper._apply = after(helper._apply)
 _execv = posix.execv
 def execv(path, args):
+    if path.endswith("trunner-waiter"):  # the helper's own waiting stage
+        return _execv(path, args)
     marks.append(("exec", _t()))
     posix.write(2, ("MARK " + ";".join("%s=%d" % m for m in marks) + "\n").encode())
     _execv(path, args)

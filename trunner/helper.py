@@ -6,6 +6,9 @@ where PLAN is one hex argv item of a marshal dict the parent resolved (see
 posix and marshal (built in; `os` alone costs ~1.5 ms here),
 `trunner.linux.install` (posix + `_kernel`, the raw system calls) and
 `trunner.linux.mounts` (posix + install); never trio, msgspec or ctypes.
+Once pid 1 and pid 2 are forked, pid 1 and the helper confine themselves
+and exec `trunner-waiter` (trunner/linux/waiter.c), which waits and ends
+the run in a few pages instead of an interpreter.
 
 Every layer is mandatory: a plan without one of them is refused, never
 read as "skip". Each step applies fully or the helper reports the step on
@@ -35,9 +38,10 @@ PLAN_VERSION = 5
 #: (Not the namespaces: the jail's root, which Landlock's paths name, is
 #: built in them.)
 SKIPPABLE = ("process_limit", "rlimits", "capabilities", "landlock", "parent_death", "seccomp")
-#: What the helper writes on the report pipe, before dying of the same
-#: signal, when the jail died of SIGSYS: the jail's host pid, for the kernel
-#: log's seccomp record. Not a refusal (the parent strips it).
+#: What the helper (its waiter, waiter.c's NOTE) writes on the report pipe,
+#: before dying of the same signal, when the jail died of SIGSYS: the jail's
+#: host pid, for the kernel log's seccomp record. Not a refusal (the parent
+#: strips it).
 JAIL_PID_NOTE = b"\0jail-pid "
 #: Steps that run in the jail's pid 2 (after the fork), in order.
 JAIL_STEPS = ("proc", "capabilities", "descriptors", "no_new_privs", "landlock", "seccomp")
@@ -45,11 +49,9 @@ JAIL_STEPS = ("proc", "capabilities", "descriptors", "no_new_privs", "landlock",
 _SIGKILL = 9  # literal: importing signal costs the helper ~1 ms
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
-_SIGSTOP = 19
 _SIGINT = 2
-_SIGSYS = 31
-_CLD_EXITED = 1  # si_code of a child that exited
 _SCOPE_SIGNAL = 2  # landlock.SCOPE_SIGNAL
+_LANDLOCK_EXECUTE, _LANDLOCK_READ_FILE = 1, 4  # landlock.ACCESS_FS_*
 _S_IFMT = 0o170000
 _S_IFIFO = 0o010000
 _RLIMIT_NPROC = 6
@@ -105,7 +107,8 @@ def main(argv: "list[str]") -> "NoReturn":
             # 11. fork pid 1 (a reaper) and pid 2 of the new PID namespace; the
             #    helper stays outside, confined, waits for pid 2 and forwards
             #    its exit status. Only pid 2 returns from this step.
-            ("pid_namespace", _enter_pid_namespace, plan["seccomp_bpf"], plan["landlock"]),
+            ("pid_namespace", _enter_pid_namespace, plan["seccomp_bpf"], plan["landlock"],
+             adapter),
             # In pid 2:
             # 12. the jail's own /proc over the host's, masked; hostname; cwd.
             ("proc", _enter_jail, plan["proc_ops"], plan["hostname"], plan["workdir"]),
@@ -384,7 +387,7 @@ def _drop_capabilities() -> None:
     _install().drop_capabilities(_last_cap())
 
 
-def _enter_pid_namespace(bpf: bytes, ruleset: "tuple[Any, ...]") -> None:
+def _enter_pid_namespace(bpf: bytes, ruleset: "tuple[Any, ...]", adapter: "list[str]") -> None:
     """Fork pid 1 of the PID namespace the helper unshared; pid 1 forks
     pid 2, the jail; only pid 2 returns. Pid 1 reaps every orphan, hands pid
     2's end to the helper and is then killed, which makes the kernel kill
@@ -415,114 +418,70 @@ def _enter_pid_namespace(bpf: bytes, ruleset: "tuple[Any, ...]") -> None:
             return  # pid 2: on with the chain (the descriptors step closes `done`)
         _run_init(done, bpf, ruleset)
     posix.close(done)
-    _wait_and_forward(init, ends, proc, bpf)
+    _wait_and_forward(init, ends, proc, bpf, adapter)
 
 
 def _confine_self(bpf: bytes, ruleset: "tuple[Any, ...] | None") -> None:
     """What pid 1 and the waiting helper keep of the jail: no capabilities
-    (the sets emptied; neither ever execs, so the bounding set is moot under
-    NO_NEW_PRIVS), NO_NEW_PRIVS, the seccomp filter (pid 1 also a Landlock
-    ruleset that grants nothing, so no jailed process may ptrace it or read
-    its /proc/1/mem: Landlock allows that only into a nested domain; signals
+    (the sets emptied; both exec only trunner-waiter, under NO_NEW_PRIVS, so
+    the bounding set is moot), NO_NEW_PRIVS, the seccomp filter (pid 1 also
+    a Landlock ruleset that grants nothing but reading and executing
+    trunner-waiter, so no jailed process may ptrace it or read its
+    /proc/1/mem: Landlock allows that only into a nested domain; signals
     unscoped, the helper must kill it)."""
     install = _install()
     install.clear_capabilities()
     install.set_no_new_privs()
     if ruleset is not None:
         abi, fs, net, scoped, _paths, _ports = ruleset
-        install.restrict_filesystem(abi, fs, net, scoped & ~_SCOPE_SIGNAL, [], [])
+        waiter = [(install.WAITER, 0, _LANDLOCK_EXECUTE | _LANDLOCK_READ_FILE)]
+        install.restrict_filesystem(abi, fs, net, scoped & ~_SCOPE_SIGNAL, waiter, [])
     install.install_seccomp(bpf)
 
 
 def _run_init(done: int, bpf: bytes, ruleset: "tuple[Any, ...]") -> "NoReturn":
-    """Pid 1 of the jail: holds no descriptor of the run, reaps orphans,
-    writes pid 2's end ("CODE STATUS" of waitid) on `done`, then exits,
-    which ends the namespace; after a seccomp kill it blocks until killed
-    instead (pid 2 stays a zombie, for the helper to name)."""
+    """Pid 1 of the jail: holds no descriptor of the run but `done` (as fd
+    0), confines itself and becomes `trunner-waiter init` (waiter.c), which
+    reaps orphans, writes pid 2's end ("CODE STATUS" of waitid) on fd 0,
+    then exits, which ends the namespace; after a seccomp kill it blocks
+    until killed instead (pid 2 stays a zombie, for the helper to name)."""
     try:
-        _install().set_parent_death_signal(_SIGKILL)
+        install = _install()
+        install.set_parent_death_signal(_SIGKILL)  # kept across the exec
         posix.chdir("/")  # the jail's root, not the helper's host jail dir
         posix.dup2(done, 0)
         posix.close(done)
         posix.close(1)
         posix.close(2)
-        _install().close_from(REPORT_FD + 1)
-        block, _hold = posix.pipe()  # read forever: this process holds the write end
+        install.close_from(REPORT_FD + 1)
         _confine_self(bpf, ruleset)
-        posix.close(REPORT_FD)
+        install.set_cloexec(REPORT_FD)  # open until the exec: a failure is still reported
+        posix.execv(install.WAITER, [install.WAITER, "init"])
     except BaseException as e:
         _fail(SetupError(f"pid_namespace: pid 1: {type(e).__name__}: {e}"))
-    while True:
-        info = posix.waitid(posix.P_ALL, 0, posix.WEXITED | posix.WNOWAIT)
-        if info is None:
-            continue
-        if info.si_pid == 2:
-            posix.write(0, b"%d %d" % (info.si_code, info.si_status))
-            if info.si_code == _CLD_EXITED or info.si_status != _SIGSYS:
-                posix._exit(0)  # the kernel kills (and reaps) what is left
-            while True:  # a seccomp kill: pid 2 stays a zombie for the helper
-                posix.read(block, 1)
-        posix.waitpid(info.si_pid, 0)
 
 
-def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes) -> "NoReturn":
-    """The helper, once pid 1 is forked: confine itself, learn how pid 2
-    ended, end the namespace, leave with pid 2's exit code or die of its
-    signal."""
+def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes,
+                      adapter: "list[str]") -> "NoReturn":
+    """The helper, once pid 1 is forked: confine itself, then become
+    `trunner-waiter` (trunner/linux/waiter.c), which reads pid 2's end on
+    `ends`, kills and reaps pid 1 (which ends the namespace), and leaves
+    with pid 2's exit code, or, after a seccomp kill, writes JAIL_PID_NOTE
+    and pid 2's host pid (found through `proc`) and dies of its signal. A
+    static binary of a few pages waits and exits last, not an interpreter:
+    a Python process's exit costs ~0.5 ms more on every run's path."""
     try:
         for fd in (0, 1, 2):  # the jail's pipes are the jail's alone
             posix.close(fd)
         _confine_self(bpf, None)
+        for fd in (ends, proc):
+            posix.set_inheritable(fd, True)
+        waiter = _install().WAITER
+        posix.execv(waiter, [waiter, str(ends), str(init), str(proc), str(REPORT_FD), "--",
+                             *adapter])
     except BaseException as e:
         posix.kill(init, _SIGKILL)
         _fail(SetupError(f"pid_namespace: helper: {type(e).__name__}: {e}"))
-    end = posix.read(ends, 64)  # one atomic write, or EOF when pid 1 died first
-    jail = 0
-    if end:
-        code, value = map(int, end.split())
-        if code != _CLD_EXITED and value == _SIGSYS:
-            jail = _host_pid_of_pid_2(proc, init)
-    posix.kill(init, _SIGKILL)  # the kernel kills (and pid 1 reaps) what is left
-    _, status = posix.waitpid(init, 0)
-    if not end:  # pid 1 died first (killed): its end is the jail's
-        code = _CLD_EXITED if posix.WIFEXITED(status) else 2
-        value = posix.waitstatus_to_exitcode(status)
-        value = value if value >= 0 else -value
-    if code == _CLD_EXITED:
-        posix.close(REPORT_FD)
-        posix._exit(value)
-    if jail:
-        posix.write(REPORT_FD, JAIL_PID_NOTE + b"%d" % jail)
-    posix.close(REPORT_FD)
-    if value not in (_SIGKILL, _SIGSTOP):
-        import signal  # only on this path: ~1 ms
-
-        signal.signal(value, signal.SIG_DFL)
-    posix.kill(posix.getpid(), value)
-    posix._exit(128 + value)  # a signal whose default is not to terminate
-
-
-def _host_pid_of_pid_2(proc: int, init: int) -> int:
-    """Pid 2's host pid (for the kernel log's seccomp record): the child of
-    pid 1 whose NSpid ends in 2. 0 when it cannot be read."""
-    try:
-        fd = posix.open(f"{init}/task/{init}/children", posix.O_RDONLY, dir_fd=proc)
-        try:
-            children = posix.read(fd, 4096).split()
-        finally:
-            posix.close(fd)
-        for child in children:
-            fd = posix.open(f"{int(child)}/status", posix.O_RDONLY, dir_fd=proc)
-            try:
-                status = posix.read(fd, 4096)
-            finally:
-                posix.close(fd)
-            for line in status.split(b"\n"):
-                if line.startswith(b"NSpid:") and line.split()[-1] == b"2":
-                    return int(child)
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 def _close_inherited_fds() -> None:

@@ -296,12 +296,12 @@ async def test_proc_of_other_processes(runner: Runner, what: str) -> None:
         result = attempt(lambda: os.listdir(p) if is_dir else open(p, "rb").read(64))
     """)
     # The parent is not in the jail's PID namespace; pid 1 is the jail's own
-    # reaper, whose cmdline (the helper's argv) is the only thing it shows.
+    # reaper (trunner-waiter init), whose cmdline is the only thing it shows.
     if what.startswith("PPID"):
         assert result == "ENOENT", (path, result)
     elif what == "1/cmdline":
         assert result.startswith("OK:"), (path, result)
-        assert "-I\\x00-S\\x00" in result, (path, result)
+        assert "trunner-waiter\\x00init\\x00" in result, (path, result)
     else:
         assert result == "EACCES", (path, result)
 

@@ -127,8 +127,8 @@ async def test_signal_the_test_process_and_a_sibling(runner: Runner, victim: Vic
 
 async def test_the_reaper_ignores_the_jails_kills(runner: Runner) -> None:
     """SIGKILL, SIGTERM, SIGINT and SIGSTOP to the jail's pid 1 (which would end
-    the jail early, or stop its reaping; pid 1 is forked from the helper's
-    interpreter, whose SIGINT handler it resets to the default). From Landlock
+    the jail early, or stop its reaping; pid 1 is `trunner-waiter init`,
+    which installs no signal handler). From Landlock
     ABI 6 the signal scope refuses them (EPERM); below, they are delivered to
     the init of the jail's own PID namespace,
     which the kernel shields from its namespace's signals it has no handler for:

@@ -11,7 +11,15 @@ decided here. The parent also calls `landlock_abi()` to probe.
 import posix
 import sys
 
-from trunner.linux._kernel import NR, seccomp_filter, syscall
+try:
+    from trunner.linux._kernel import NR, seccomp_filter, syscall
+except ImportError as e:  # compiled at install (hatch_build.py)
+    raise ImportError(f"trunner.linux._kernel is not built ({e}): reinstall trunner where a"
+                      " C compiler and the Python headers are present") from e
+
+#: The helper's waiting stage (trunner/linux/waiter.c), built beside this
+#: module at install: what the helper execs once pid 1 is forked.
+WAITER = __file__.rpartition("/")[0] + "/trunner-waiter"
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4

@@ -1,0 +1,92 @@
+"""trunner-waiter (trunner/linux/waiter.c), what the helper and the jail's
+pid 1 exec once pid 2 is forked, run here outside any jail: the helper form
+forwards the end pid 1 reports (an exit code, or a death by that signal),
+kills and reaps its child every time, and refuses an argv it does not know.
+The jailed paths (pid 1's `init` form, the SIGSYS note) run in test_faults,
+tests/security and every run."""
+
+import os
+import signal
+import subprocess
+import sys
+from typing import Literal
+
+import pytest
+
+from trunner.helper import SANDBOX_SETUP_EXIT
+from trunner.linux.install import WAITER
+
+# Forks a child that sleeps (the waiter's "pid 1"), writes LINE on a pipe,
+# then execs the waiter in its place, as the helper does.
+BECOME_WAITER = r"""
+import os, sys
+line = sys.argv[1].encode()
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    os.close(r); os.close(w)
+    os.execv("/bin/sleep", ["sleep", "60"])
+if line:
+    os.write(w, line)
+os.close(w)
+print(child, flush=True)
+proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY)
+report_r, report_w = os.pipe()
+os.set_inheritable(r, True)
+os.set_inheritable(proc, True)
+os.set_inheritable(report_w, True)
+waiter = sys.argv[2]
+os.execv(waiter, [waiter, str(r), str(child), str(proc), str(report_w), "--", "echo"])
+"""
+
+
+def become_waiter(line: str) -> tuple[int, int]:
+    """(the waiter's exit status as returncode, its child's pid)."""
+    done = subprocess.run([sys.executable, "-c", BECOME_WAITER, line, WAITER],
+                          capture_output=True, text=True, timeout=30)
+    return done.returncode, int(done.stdout.split()[0])
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize(("line", "returncode"), [
+    ("1 0", 0),                         # pid 2 exited 0
+    ("1 7", 7),                         # pid 2 exited 7
+    ("2 15", -signal.SIGTERM),          # killed by SIGTERM: the waiter dies of it too
+    ("3 6", -signal.SIGABRT),           # dumped core on SIGABRT
+    ("", -signal.SIGKILL),              # pid 1 died first: its own end (SIGKILLed) counts
+    ("x y", -signal.SIGKILL),           # not pid 1's line: likewise
+])
+def test_forwards_pid_2s_end_and_reaps_its_child(line: str, returncode: int) -> None:
+    code, child = become_waiter(line)
+    assert code == returncode
+    assert gone(child)  # killed and reaped: nothing outlives the waiter
+
+
+def test_refuses_an_argv_it_does_not_know() -> None:
+    for argv in ([], ["3", "x", "4", "5"], ["3", "1", "4", "5", "++", "echo"], ["nit"]):
+        done = subprocess.run([WAITER, *argv], capture_output=True, timeout=10)
+        assert done.returncode == SANDBOX_SETUP_EXIT, argv
+        assert done.stdout == done.stderr == b""
+
+
+def test_is_a_static_binary() -> None:
+    """Nothing to load: pid 1's Landlock ruleset grants it only this file."""
+    with open(WAITER, "rb") as f:
+        elf = f.read()
+    assert elf[:5] == b"\x7fELF\x02"  # ELF64
+    order: Literal["little", "big"] = "little" if elf[5] == 1 else "big"
+    phoff = int.from_bytes(elf[0x20:0x28], order)
+    size, count = int.from_bytes(elf[0x36:0x38], order), int.from_bytes(elf[0x38:0x3A], order)
+    types = [int.from_bytes(elf[phoff + i * size:phoff + i * size + 4], order)
+             for i in range(count)]
+    assert 1 in types  # PT_LOAD
+    assert 3 not in types  # PT_INTERP: no loader to read
+    assert 2 not in types  # PT_DYNAMIC: no libraries
+    assert os.access(WAITER, os.X_OK)
