@@ -77,13 +77,19 @@ def _teardown() -> None:
             _write(f"events/{event}/enable", "0")
 
 
-def _chain(helper: int) -> tuple[int, int]:
-    """(pid 1, pid 2) of a pooled worker's jail, by host pid."""
-    with open(f"/proc/{helper}/task/{helper}/children") as f:
-        init = int(f.read().split()[0])
-    with open(f"/proc/{init}/task/{init}/children") as f:
-        jail = int(f.read().split()[0])
-    return init, jail
+def _chain(helper: int) -> tuple[int, int] | None:
+    """(pid 1, pid 2) of a pooled worker's jail, by host pid, once pid 2 is
+    blocked reading its request; None before."""
+    try:
+        with open(f"/proc/{helper}/task/{helper}/children") as f:
+            init = int(f.read().split()[0])
+        with open(f"/proc/{init}/task/{init}/children") as f:
+            jail = int(f.read().split()[0])
+        with open(f"/proc/{jail}/syscall") as f:
+            blocked = f.read().split()[:2] == ["0", "0x0"]  # read(0, ...)
+    except (OSError, IndexError, ValueError):
+        return None
+    return (init, jail) if blocked else None
 
 
 def _split(events: list[tuple[float, int, str]], parent: int, helper: int, init: int,
@@ -140,11 +146,11 @@ async def measure(n: int) -> list[list[float]]:
     splits: list[list[float]] = []
     async with runner.pool("echo", size=1) as pool:
         for i in range(n + 3):
-            while pool.idle_workers < 1:  # noqa: ASYNC110 (the pool has no event for it)
-                await trio.sleep(0.005)
-            await trio.sleep(0.05)  # the worker is blocked reading its request
+            with trio.fail_after(60):  # the pool has no event for it: poll
+                while pool.idle_workers < 1 or (chain := _chain(pool._idle[0].child.pid)) is None:  # noqa: ASYNC110
+                    await trio.sleep(0.005)
             helper = pool._idle[0].child.pid
-            init, jail = _chain(helper)
+            init, jail = chain
             _write("trace", "")
             _write("tracing_on", "1")
             # Blocking tracefs writes on purpose: they mark the call's edges.
