@@ -17,6 +17,12 @@ from trunner.linux import _kernel, install
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def python_out(code: str) -> str:
+    """The stdout of `code` run by a fresh interpreter (which must exit 0)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout
+
+
 def test_numbers_come_from_this_build() -> None:
     if platform.machine() != "x86_64":
         pytest.skip(f"the known table below is x86_64's, this is {platform.machine()}")
@@ -42,9 +48,7 @@ def test_ints_bytes_and_none_reach_the_kernel() -> None:
         "except OSError as e:\n"
         "    print(e.errno, e.filename)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert out == f"{errno.ENOENT} pivot_root(/no/such/dir, /no/such/dir)\n"
+    assert python_out(code) == f"{errno.ENOENT} pivot_root(/no/such/dir, /no/such/dir)\n"
     # None is NULL: EFAULT would mean a pointer was passed instead.
     assert install.landlock_abi() >= 1
 
@@ -72,9 +76,7 @@ def test_set_rlimit_is_setrlimit() -> None:
         "print(resource.getrlimit(resource.RLIMIT_NOFILE), "
         "resource.getrlimit(resource.RLIMIT_CORE))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
-    assert out.split("\n")[0] == f"(40, 50) (0, {resource.RLIM_INFINITY})"
+    assert python_out(code).split("\n")[0] == f"(40, 50) (0, {resource.RLIM_INFINITY})"
     # Soft above hard: the kernel's EINVAL.
     with pytest.raises(OSError, match="setrlimit") as refused:
         install.set_rlimit(resource.RLIMIT_NOFILE, 10, 5)
