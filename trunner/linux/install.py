@@ -39,19 +39,17 @@ _BPF_MAXINSNS = 4096
 _SIGSET_BYTES = 8  # the kernel's sigset_t (rt_sigaction's last argument)
 
 
-def call(name: str, *args: "int | bytes | None") -> int:
-    """The system call `name`; a refusal raises OSError naming it."""
+def call(name: str, *args: "int | bytes | None", what: str = "") -> int:
+    """The system call `name`; a refusal raises OSError naming `what` (or
+    the call)."""
     try:
         return syscall(NR[name], *args)
     except OSError as e:
-        raise OSError(e.errno, e.strerror, name) from None
+        raise OSError(e.errno, e.strerror, what or name) from None
 
 
 def _prctl(option: int, arg: int, what: str) -> int:
-    try:
-        return syscall(NR["prctl"], option, arg, 0, 0, 0)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, what) from None
+    return call("prctl", option, arg, 0, 0, 0, what=what)
 
 
 def _u64(*values: int) -> bytes:
@@ -74,10 +72,8 @@ def unshare(flags: int) -> None:
 
 
 def pivot_root(new_root: str, put_old: str) -> None:
-    try:
-        syscall(NR["pivot_root"], _path(new_root), _path(put_old))
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, f"pivot_root({new_root}, {put_old})") from None
+    call("pivot_root", _path(new_root), _path(put_old),
+         what=f"pivot_root({new_root}, {put_old})")
 
 
 def _path(text: str) -> bytes:
@@ -128,10 +124,7 @@ def has_no_new_privs() -> bool:
 def default_signal(sig: int) -> None:
     """Reset `sig` to its default action (below Python's own handler): a
     zeroed struct sigaction is SIG_DFL, no flags, an empty mask."""
-    try:
-        syscall(NR["rt_sigaction"], sig, bytes(32), None, _SIGSET_BYTES)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, f"signal({sig}, SIG_DFL)") from None
+    call("rt_sigaction", sig, bytes(32), None, _SIGSET_BYTES, what=f"signal({sig}, SIG_DFL)")
 
 
 def set_dumpable(on: bool) -> None:
@@ -145,10 +138,7 @@ def set_parent_death_signal(sig: int) -> None:
 def set_rlimit(resource: int, soft: int, hard: int) -> None:
     """prlimit64 on this process (struct rlimit64: two u64; -1 is infinity)."""
     new = _u64(soft & 0xFFFFFFFFFFFFFFFF, hard & 0xFFFFFFFFFFFFFFFF)
-    try:
-        syscall(NR["prlimit64"], 0, resource, new, None)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, f"setrlimit({resource}, {soft}, {hard})") from None
+    call("prlimit64", 0, resource, new, None, what=f"setrlimit({resource}, {soft}, {hard})")
 
 
 def landlock_abi() -> int:
@@ -203,10 +193,7 @@ def restrict_filesystem(
 
 
 def _add_rule(ruleset: int, rule_type: int, attr: bytes, what: str) -> None:
-    try:
-        syscall(NR["landlock_add_rule"], ruleset, rule_type, attr, 0)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, what) from None
+    call("landlock_add_rule", ruleset, rule_type, attr, 0, what=what)
 
 
 def install_seccomp(bpf: bytes) -> None:

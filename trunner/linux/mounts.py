@@ -53,18 +53,13 @@ SCRATCH = "/scratch"
 
 
 def mount(source: str, target: str, fstype: str, flags: int, data: str = "") -> None:
-    try:
-        call("mount", _path(source) if source else None, _path(target),
-             _path(fstype) if fstype else None, flags, _path(data) if data else None)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, f"mount({target})") from None
+    call("mount", _path(source) if source else None, _path(target),
+         _path(fstype) if fstype else None, flags, _path(data) if data else None,
+         what=f"mount({target})")
 
 
 def umount(target: str, flags: int) -> None:
-    try:
-        call("umount2", _path(target), flags)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, f"umount2({target})") from None
+    call("umount2", _path(target), flags, what=f"umount2({target})")
 
 
 def _dirname(path: str) -> str:
