@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -90,3 +91,17 @@ def test_is_a_static_binary() -> None:
     assert 3 not in types  # PT_INTERP: no loader to read
     assert 2 not in types  # PT_DYNAMIC: no libraries
     assert os.access(WAITER, os.X_OK)
+
+
+def test_a_missing_waiter_refuses_every_run(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    """Without the binary no jail could end its run: the host probe (and so
+    `Runner()` and `trunner doctor`) refuses, naming it, before any spawn."""
+    from trunner.errors import Reason
+    from trunner.linux import install
+    from trunner.linux.backend import probe_host
+
+    monkeypatch.setattr(install, "WAITER", str(tmp_path / "trunner-waiter"))
+    host = probe_host.__wrapped__()  # probe_host() is cached per process
+    assert host.refusal is Reason.SANDBOX_SETUP
+    assert host.refusal_detail.startswith(f"{tmp_path}/trunner-waiter is not built")

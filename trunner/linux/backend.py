@@ -93,6 +93,11 @@ def probe_host() -> HostSupport:
             f"{', '.join(disabled)} namespaces are disabled"
             f" (/proc/sys/user/max_*_namespaces is 0)"
         )
+    elif not os.access(install.WAITER, os.X_OK):
+        refusal, detail = Reason.SANDBOX_SETUP, (
+            f"{install.WAITER} is not built (reinstall trunner where a C compiler and a"
+            " static C library are present)"
+        )
     elif limit is None:
         refusal, detail = Reason.PROCESS_LIMIT_UNAVAILABLE, (
             "running as root, where RLIMIT_NPROC is not enforced, and no pids cgroup"
