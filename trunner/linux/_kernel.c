@@ -129,43 +129,39 @@ static struct PyModuleDef kernel_module = {
     kernel_methods,
 };
 
-static int
-add_nr(PyObject *table, const char *name, long nr)
-{
-    PyObject *value = PyLong_FromLong(nr);
-    int ret;
-    if (value == NULL)
-        return -1;
-    ret = PyDict_SetItemString(table, name, value);
-    Py_DECREF(value);
-    return ret;
-}
+/* The calls trunner makes, by name: NR's contents. */
+#define NR_ENTRY(name) {#name, SYS_##name}
+static const struct {
+    const char *name;
+    long nr;
+} numbers[] = {
+    NR_ENTRY(capset), NR_ENTRY(close_range), NR_ENTRY(landlock_add_rule),
+    NR_ENTRY(landlock_create_ruleset), NR_ENTRY(landlock_restrict_self), NR_ENTRY(mount),
+    NR_ENTRY(pivot_root), NR_ENTRY(prctl), NR_ENTRY(prlimit64), NR_ENTRY(rt_sigaction),
+    NR_ENTRY(sethostname), NR_ENTRY(umount2), NR_ENTRY(unshare),
+};
 
 PyMODINIT_FUNC
 PyInit__kernel(void)
 {
-    PyObject *module = PyModule_Create(&kernel_module), *table;
+    PyObject *module = PyModule_Create(&kernel_module), *table = NULL;
     if (module == NULL)
         return NULL;
     table = PyDict_New();
-    if (table == NULL
-        || add_nr(table, "capset", SYS_capset) < 0
-        || add_nr(table, "close_range", SYS_close_range) < 0
-        || add_nr(table, "landlock_add_rule", SYS_landlock_add_rule) < 0
-        || add_nr(table, "landlock_create_ruleset", SYS_landlock_create_ruleset) < 0
-        || add_nr(table, "landlock_restrict_self", SYS_landlock_restrict_self) < 0
-        || add_nr(table, "mount", SYS_mount) < 0
-        || add_nr(table, "pivot_root", SYS_pivot_root) < 0
-        || add_nr(table, "prctl", SYS_prctl) < 0
-        || add_nr(table, "prlimit64", SYS_prlimit64) < 0
-        || add_nr(table, "rt_sigaction", SYS_rt_sigaction) < 0
-        || add_nr(table, "sethostname", SYS_sethostname) < 0
-        || add_nr(table, "umount2", SYS_umount2) < 0
-        || add_nr(table, "unshare", SYS_unshare) < 0
-        || PyModule_AddObject(module, "NR", table) < 0) {
-        Py_XDECREF(table);
-        Py_DECREF(module);
-        return NULL;
+    if (table == NULL)
+        goto fail;
+    for (size_t i = 0; i < sizeof numbers / sizeof numbers[0]; i++) {
+        PyObject *value = PyLong_FromLong(numbers[i].nr);
+        int ret = value == NULL ? -1 : PyDict_SetItemString(table, numbers[i].name, value);
+        Py_XDECREF(value);
+        if (ret < 0)
+            goto fail;
     }
+    if (PyModule_AddObject(module, "NR", table) < 0)
+        goto fail;
     return module;
+fail:
+    Py_XDECREF(table);
+    Py_DECREF(module);
+    return NULL;
 }
