@@ -36,9 +36,9 @@ def serve(mode: str) -> int:
     try:
         reply = handle(_read_request())
     except BaseException:
-        import traceback
-
-        traceback.print_exc()
+        # The interpreter's own display, in C: no import (the exec mode
+        # refuses any once its program has started).
+        sys.excepthook(*sys.exc_info())
         sys.stderr.flush()
         posix._exit(1)
     _write_all(1, reply)

@@ -15,14 +15,23 @@ working dir. Patterns: `*`, `?` and `[...]` match within one path segment
 (dotfiles included), a `**` segment matches any number of directories.
 Names that are not UTF-8, and paths longer than `EXEC_PATH_MAX_BYTES`,
 never match.
+
+The program shares this process's uid, jail and Landlock domain, so before
+it starts the adapter makes itself non-dumpable (its /proc/PID/fd and mem
+become root's: the response pipe is out of the program's reach) and
+imports everything it will need: after the spawn an audit hook ends the
+adapter (exit 1, no frame) at any import, which would find modules on paths
+the program could write.
 """
 
 from __future__ import annotations
 
 import posix
 import select
+import sys
 import time
 
+from trunner.linux._kernel import NR, syscall
 from trunner.wire import EXEC_COLLECT_MAX_FILES, EXEC_PATH_MAX_BYTES
 
 TYPE_CHECKING = False  # not from typing: importing it costs the adapter ~5 ms
@@ -34,6 +43,9 @@ if TYPE_CHECKING:
 _SIGKILL, _SIGPIPE, _SIGXFSZ = 9, 13, 25
 _CHUNK = 1 << 16
 _S_IFMT, _S_IFDIR, _S_IFREG = 0o170000, 0o040000, 0o100000
+_PR_SET_DUMPABLE = 4
+#: Exit code of an adapter that tried to import after its program started.
+IMPORT_AFTER_START_EXIT = 1
 
 
 class Request:
@@ -81,6 +93,7 @@ def run_exec(body: object) -> dict[str, object]:
     """
     request = Request(body)
     place(request.files)
+    _prepare(request.collect)
     began = time.monotonic()
     pid, stdin_w, out_r, err_r = _spawn(request.argv)
     caps = {out_r: request.stdout_max_bytes, err_r: request.stderr_max_bytes}
@@ -94,6 +107,29 @@ def run_exec(body: object) -> dict[str, object]:
     if not crossed and request.collect:
         files, unmatched = collect(request.collect, request.stdout_max_bytes - len(stdout))
     return result(code, stdout, bytes(bufs[err_r]), files, unmatched, elapsed_s)
+
+
+def _prepare(patterns: Sequence[str]) -> None:
+    """What must happen before the program exists: every import the rest
+    of the run makes, this process out of the program's reach, and any
+    later import refused."""
+    import struct  # noqa: F401  wire.pack's floats (elapsed_s)
+
+    if any(c in p for p in patterns for c in "*?["):
+        import fnmatch  # noqa: F401  _match's wildcards
+
+    # Not dumpable: /proc/PID/{fd,mem,...} of this process become root's
+    # and ptrace-checked, so the program (same uid, same Landlock domain)
+    # cannot open the response pipe or this memory. The program's own exec
+    # makes it dumpable again.
+    syscall(NR["prctl"], _PR_SET_DUMPABLE, 0, 0, 0, 0)
+    sys.addaudithook(_refuse_imports)
+
+
+def _refuse_imports(event: str, args: tuple[object, ...]) -> None:
+    if event == "import":
+        posix.write(2, b"trunner-worker: import of %r after the program started\n" % (args[0],))
+        posix._exit(IMPORT_AFTER_START_EXIT)
 
 
 def _spawn(argv: list[str]) -> tuple[int, int, int, int]:

@@ -16,6 +16,13 @@ the id maps only), remount /newroot read-only, detach /oldroot, pivot into
 /newroot and detach the staging tmpfs. Nothing else of the host's tree is
 reachable afterwards.
 
+A bind that lands in the scratch (a host path under /tmp: a venv, an
+import path) does not hang from directories the jail owns, which it could
+rename away and rebuild with files of its own: the first directory below
+the scratch dir is a small tmpfs of its own (a mount point: rename and
+rmdir answer EBUSY), holding the directories down to the bind, read-only
+(EROFS) once every bind in it is mounted.
+
 `enter_jail` runs in the jail's pid 2, inside every new namespace: a fresh
 /proc of the jail's PID namespace over the host's (a fresh proc mount is only
 allowed where a full one is visible already), its sensitive entries masked,
@@ -108,6 +115,19 @@ def _bind(source: str, target: str, flags: int) -> None:
     mount("", target, "", MS_REMOUNT | MS_BIND | keep | extra)
 
 
+def _skeleton(target: str, scratch_dirs: "list[str]", skeletons: "list[str]") -> None:
+    """If `target` lies in a scratch dir, make the first directory below
+    that dir a tmpfs of its own (once), to be remounted read-only."""
+    for base in scratch_dirs:
+        if target.startswith(base):
+            top = base + target[len(base):].partition("/")[0]
+            if top != target and top not in skeletons:
+                posix.mkdir(top, 0o755)
+                mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
+                skeletons.append(top)
+            return
+
+
 def build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, str, str, int]]",
                owner: "tuple[int, int]") -> None:
     """Build the jail's root from `ops` and pivot into it (see the module
@@ -126,8 +146,12 @@ def build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, s
     posix.mkdir(SCRATCH, 0o755)
     mount("tmpfs", SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV,
           f"mode=0755,size={size},nr_inodes={inodes}")
+    scratch_dirs: list[str] = []
+    skeletons: list[str] = []
     for op, a, b, n in ops:
         target = NEW + b
+        if op != "scratch":
+            _skeleton(target, scratch_dirs, skeletons)
         if op == "bind":
             _bind(OLD + a, target, n)
         elif op == "dir":
@@ -151,6 +175,7 @@ def build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, s
             posix.chmod(source, n)  # the umask must not narrow 1777
             _mkdirs(target)
             mount(source, target, "", MS_BIND)
+            scratch_dirs.append(target + "/")
         elif op == "host_proc":
             # Only until pid 2 mounts the jail's own over it: the helper
             # writes its id maps here (and a fresh proc needs a full one).
@@ -158,7 +183,8 @@ def build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, s
             mount(OLD + "/proc", target, "", MS_BIND | MS_REC)
         else:
             raise OSError(22, f"unknown root operation {op!r}", "root")
-    mount("", NEW, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    for path in [NEW, *skeletons]:
+        mount("", path, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     umount(SCRATCH, MNT_DETACH)  # its dirs stay mounted where they were bound
     umount(OLD, MNT_DETACH)
     old = posix.open("/", posix.O_DIRECTORY | posix.O_RDONLY | posix.O_CLOEXEC)

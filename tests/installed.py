@@ -1,0 +1,113 @@
+"""trunner installed under the host's temp dir, run by a caller of another uid.
+
+Not a test module. Some attacks need conditions of their own, which a test
+makes rather than relying on where CI put the checkout:
+
+- `temp_install()`: a venv under the temp dir (world-readable, from a
+  world-readable interpreter of this Python's version), holding a copy of
+  this trunner and of what it imports. Its jails bind it inside their own
+  scratch /tmp, where the jail's uid owns the directories above it.
+- `run_caller(install, script, uid=...)`: run `script` with that venv's
+  Python as `uid` (from root, through `setpriv`; not root, as oneself): a
+  non-root caller, whose pipes belong to the jail's uid.
+
+The script prints one JSON line; `run_caller` returns it decoded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+#: What trunner imports in the caller, beside the standard library.
+DEPENDENCIES = ("trio", "outcome", "sniffio", "sortedcontainers", "attr", "attrs", "idna",
+                "msgspec", "blake3", "pyseccomp")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def readable_by_all(path: str) -> bool:
+    """Whether every directory above `path` is searchable, and `path` readable, by anyone."""
+    parts = Path(path).parts
+    for i in range(1, len(parts)):
+        if not os.stat(os.path.join(*parts[:i])).st_mode & stat.S_IXOTH:
+            return False
+    return bool(os.stat(path).st_mode & stat.S_IROTH)
+
+
+def world_python() -> str | None:
+    """An interpreter of this Python's version that any uid can run."""
+    version = "python{}.{}".format(*sys.version_info[:2])
+    for path in (os.path.realpath(sys.executable), f"/usr/bin/{version}",
+                 f"/usr/local/bin/{version}"):
+        if os.path.isfile(path) and readable_by_all(path):
+            return path
+    return None
+
+
+def _copy_module(name: str, site: Path) -> None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"{name} is not importable here")
+    if spec.submodule_search_locations:
+        src = Path(next(iter(spec.submodule_search_locations)))
+        shutil.copytree(src, site / src.name, symlinks=True)
+    else:
+        shutil.copy2(spec.origin, site / Path(spec.origin).name)
+
+
+def temp_install(python: str) -> Path:
+    """A venv under the temp dir with this trunner in it; returns its root."""
+    root = Path(tempfile.mkdtemp(prefix="trunner-install-", dir="/tmp"))
+    root.chmod(0o755)
+    venv = root / "venv"
+    subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([str(venv / "bin/python"), "-c", purelib],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    for name in DEPENDENCIES:
+        _copy_module(name, site)
+    shutil.copytree(REPO / "trunner", site / "trunner", symlinks=True)
+    worker = venv / "bin/trunner-worker"
+    body = (REPO / "bin/trunner-worker").read_text().split("\n", 1)[1]
+    worker.write_text(f"#!{venv}/bin/python\n{body}")
+    worker.chmod(0o755)
+    # As scripts/setup does: the jail cannot write __pycache__, nor should a caller.
+    subprocess.run([str(venv / "bin/python"), "-m", "compileall", "-q", str(site)],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
+    return root
+
+
+def unused_id() -> int:
+    """A uid and gid that no passwd or group entry and no process uses."""
+    taken: set[int] = set()
+    for path in ("/etc/passwd", "/etc/group"):
+        with open(path) as f:
+            taken.update(int(line.split(":")[2]) for line in f if line.count(":") >= 3)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            taken.add(os.stat(f"/proc/{pid}").st_uid)
+        except FileNotFoundError:
+            continue
+    return next(i for i in range(61000, 62000) if i not in taken)
+
+
+def run_caller(install: Path, script: str, *, uid: int | None = None,
+               timeout_s: float = 120) -> object:
+    """Run `script` with the install's Python, as `uid` when given (root only)."""
+    argv = [str(install / "venv/bin/python"), "-I", "-c", script]
+    if uid is not None and os.getuid() == 0:
+        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": tempfile.gettempdir()}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/",
+                          timeout=timeout_s)
+    if done.returncode != 0:
+        raise AssertionError(f"caller exited {done.returncode}: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
