@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +27,8 @@ from conftest import landlock_cap
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from trunner import Runner
 
 
 @pytest.fixture(scope="module")
@@ -265,3 +268,32 @@ def test_nothing_trunner_trusts_can_be_renamed_or_replaced(
     assert f"rename {trunner}/linux/trunner-waiter" in tried, tried
     # The jail's own scratch dirs take new files; nothing else does.
     assert [k for k, v in tried.items() if v == "OK"] == [], tried
+
+
+def test_the_adapter_ends_at_any_import_once_its_program_runs() -> None:
+    """The exec adapter's seal, in a plain process: what `_prepare` imported
+    is there; anything else ends the process (exit 1, no frame)."""
+    repo = str(Path(__file__).resolve().parents[2])
+    code = (f"import sys; sys.path.insert(0, {repo!r})\n"
+            "from trunner.exec_mode import _prepare\n"
+            "_prepare(['build/*.o'])\n"
+            "import fnmatch, struct\n"  # imported before: no import happens
+            "print('sealed', flush=True)\n"
+            "import json\n"
+            "print('imported')\n")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
+                          text=True, check=False)
+    assert (done.returncode, done.stdout) == (1, "sealed\n"), done
+    assert "import of 'json' after the program started" in done.stderr
+
+
+async def test_no_exec_path_imports_after_the_program(runner: Runner) -> None:
+    """Every path after the spawn (wildcards, `**`, an unmatched pattern, a
+    signal, the elapsed time) runs sealed: an import would end the adapter."""
+    program = "mkdir -p b/c && echo x > b/c/m.o && echo y > top.o && echo out && kill -9 $$"
+    r = (await runner.exec(["/bin/sh", "-c", program],
+                           collect=["**/*.o", "t?p.[o]", "none*"])).response
+    assert (r.exit_code, r.signal, r.stdout) == (None, 9, b"out\n")
+    assert [f.path for f in r.files] == ["b/c/m.o", "top.o"]
+    assert r.unmatched == ["none*"]
+    assert r.elapsed_s > 0
