@@ -105,3 +105,55 @@ def test_a_missing_waiter_refuses_every_run(monkeypatch: pytest.MonkeyPatch,
     host = probe_host.__wrapped__()  # probe_host() is cached per process
     assert host.refusal is Reason.SANDBOX_SETUP
     assert host.refusal_detail.startswith(f"{tmp_path}/trunner-waiter is not built")
+
+
+def _descendants(root: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                parents[int(name)] = int(f.read().rpartition(")")[2].split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        kids = [p for p, pp in parents.items() if pp == pid]
+        found += kids
+        todo += kids
+    return found
+
+
+def _exec_fn(pid: int) -> bytes:
+    """The name the kernel gave the exec that made `pid` (auxv AT_EXECFN)."""
+    with open(f"/proc/{pid}/auxv", "rb") as f:
+        auxv = f.read()
+    words = [int.from_bytes(auxv[i:i + 8], sys.byteorder) for i in range(0, len(auxv), 8)]
+    address = dict(zip(words[::2], words[1::2], strict=True))[31]  # AT_EXECFN
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    try:  # the string ends just below the stack's top: read no further than its page
+        return os.pread(fd, 4096 - address % 4096, address).partition(b"\0")[0]
+    finally:
+        os.close(fd)
+
+
+async def test_the_helper_and_pid_1_exec_the_waiter_from_a_descriptor(runner: object) -> None:
+    """Opened before the jail existed, the waiter is exec'd through that
+    descriptor (execveat, AT_EMPTY_PATH: the kernel names it /dev/fd/N),
+    never by a path the jail could have rebuilt meanwhile."""
+    from trunner import Runner
+    from trunner.helper import WAITER_FD
+
+    assert isinstance(runner, Runner)
+    import trio
+
+    def waiters() -> list[int]:
+        return [pid for pid in _descendants(os.getpid())
+                if os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(WAITER)]
+
+    async with runner.pool("echo", size=1) as pool:
+        with trio.fail_after(20):  # the waiting helper and the jail's pid 1
+            while len(waiters()) < 2:  # noqa: ASYNC110  processes in /proc: nothing to await
+                await trio.sleep(0.005)
+        assert {_exec_fn(pid) for pid in waiters()} == {f"/dev/fd/{WAITER_FD}".encode()}
+        assert (await pool.run({"x": 1})).response == {"x": 1}

@@ -31,6 +31,10 @@ SANDBOX_SETUP_EXIT = 121
 PROCESS_COUNT_EXIT = 122
 #: The helper's report pipe (write end), passed by the parent.
 REPORT_FD = 3
+#: trunner-waiter, opened (O_PATH) before the jail exists: pid 1 and the
+#: helper exec it from this descriptor, never by a path the jail could
+#: rebuild in the meantime.
+WAITER_FD = 4
 #: Plan format version; the parent and the helper ship together.
 PLAN_VERSION = 5
 #: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
@@ -73,6 +77,8 @@ def main(argv: "list[str]") -> "NoReturn":
         skip = plan["unsafe_skip"]
         steps: list[tuple[Any, ...]] = [
             # In the helper (the host's PID namespace):
+            # 0. the waiter's descriptor, while the host's tree is in view.
+            ("waiter", _open_waiter),
             # 1. env: check first, nothing else depends on it.
             ("env", _check_env, plan["env"]),
             # 2. process limit: needs the host's view (real root for the
@@ -212,6 +218,18 @@ def _install() -> "Any":  # noqa: ANN401 (the module, without importing typing)
 
 
 # -- steps ---------------------------------------------------------------
+
+
+def _open_waiter() -> None:
+    fd = posix.open(_install().WAITER, posix.O_PATH | posix.O_CLOEXEC)
+    if fd != WAITER_FD:
+        posix.dup2(fd, WAITER_FD, inheritable=False)
+        posix.close(fd)
+
+
+def _exec_waiter(argv: "list[str]") -> "NoReturn":
+    # fexecve: execveat(WAITER_FD, "", AT_EMPTY_PATH), in the jail's filter too.
+    posix.execve(WAITER_FD, argv, posix.environ)
 
 
 def _check_env(allowed: "list[str]") -> None:
@@ -434,7 +452,8 @@ def _confine_self(bpf: bytes, ruleset: "tuple[Any, ...] | None") -> None:
     install.set_no_new_privs()
     if ruleset is not None:
         abi, fs, net, scoped, _paths, _ports = ruleset
-        waiter = [(install.WAITER, 0, _LANDLOCK_EXECUTE | _LANDLOCK_READ_FILE)]
+        # The rule is on the very file WAITER_FD holds (Landlock rules bind inodes).
+        waiter = [(f"/proc/self/fd/{WAITER_FD}", 0, _LANDLOCK_EXECUTE | _LANDLOCK_READ_FILE)]
         install.restrict_filesystem(abi, fs, net, scoped & ~_SCOPE_SIGNAL, waiter, [])
     install.install_seccomp(bpf)
 
@@ -453,10 +472,10 @@ def _run_init(done: int, bpf: bytes, ruleset: "tuple[Any, ...]") -> "NoReturn":
         posix.close(done)
         posix.close(1)
         posix.close(2)
-        install.close_from(REPORT_FD + 1)
+        install.close_from(WAITER_FD + 1)
         _confine_self(bpf, ruleset)
         install.set_cloexec(REPORT_FD)  # open until the exec: a failure is still reported
-        posix.execv(install.WAITER, [install.WAITER, "init"])
+        _exec_waiter([install.WAITER, "init"])
     except BaseException as e:
         _fail(SetupError(f"pid_namespace: pid 1: {type(e).__name__}: {e}"))
 
@@ -476,9 +495,8 @@ def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes,
         _confine_self(bpf, None)
         for fd in (ends, proc):
             posix.set_inheritable(fd, True)
-        waiter = _install().WAITER
-        posix.execv(waiter, [waiter, str(ends), str(init), str(proc), str(REPORT_FD), "--",
-                             *adapter])
+        _exec_waiter([_install().WAITER, str(ends), str(init), str(proc), str(REPORT_FD), "--",
+                      *adapter])
     except BaseException as e:
         posix.kill(init, _SIGKILL)
         _fail(SetupError(f"pid_namespace: helper: {type(e).__name__}: {e}"))

@@ -12,6 +12,7 @@ code, only the files asked for) and that the host's files did not change.
 from __future__ import annotations
 
 import ast
+import errno
 import json
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ import pytest
 from installed import run_caller, temp_install, unused_id, world_python
 
 from conftest import landlock_cap
+from support import run_code
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -297,3 +299,36 @@ async def test_no_exec_path_imports_after_the_program(runner: Runner) -> None:
     assert [f.path for f in r.files] == ["b/c/m.o", "top.o"]
     assert r.unmatched == ["none*"]
     assert r.elapsed_s > 0
+
+
+async def test_execveat_answers_as_execve_does(runner: Runner) -> None:
+    """The filter allows execveat (the helper and pid 1 exec trunner-waiter
+    from a descriptor); a program gains nothing by it: each file answers
+    execveat(fd, "", AT_EMPTY_PATH) exactly as it answers execve(path)."""
+    code = """
+    import os
+    with open("script", "w") as f:
+        f.write("#!/bin/sh\\nexit 7\\n")
+    os.chmod("script", 0o755)
+    def answer(target):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.execve(target, ["x", "-c", "exit 3"], {})
+            except OSError as e:
+                os._exit(100 + e.errno)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    result = {}
+    for path in ("/bin/sh", "/bin/true", "/etc/hostname", "/dev/null", "/proc/self/exe",
+                 "/home/trunner/script"):
+        by_fd = os.open(path, os.O_PATH)
+        os.set_inheritable(by_fd, True)  # a script's interpreter reads /dev/fd/N
+        result[path] = (answer(path), answer(by_fd))
+        os.close(by_fd)
+    """
+    answers = await run_code(runner, code)
+    assert answers["/bin/sh"] == [3, 3]
+    assert answers["/home/trunner/script"] == [7, 7]
+    assert answers["/etc/hostname"][0] == 100 + errno.EACCES
+    for path, (by_path, by_fd) in answers.items():
+        assert by_path == by_fd, (path, answers)

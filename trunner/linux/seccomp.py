@@ -149,6 +149,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "epoll_wait",
     "eventfd2",
     "execve",
+    "execveat",  # the helper and pid 1 exec trunner-waiter from a descriptor; no more than execve
     "exit",
     "exit_group",
     "faccessat",
