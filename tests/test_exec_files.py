@@ -427,3 +427,84 @@ def test_exec_bad_files_are_refused(tmp_path: Path) -> None:
     assert (code, out["error"]) == (2, "bad_request")
     code, out = cli("exec", "--file", f"a={tmp_path / 'missing'}", "--", "/bin/true")
     assert (code, out["error"]) == (2, "bad_request")
+
+
+# -- the parent trusts nothing it did not ask for (issue 17) ----------------------
+
+TREE = ("a.o", ".h.o", "top.o", "b/x.txt", "b/c/m.o", "b/c/.d/n.o", "dd/ee/ff.c", "[x]")
+PATTERNS = ("*", "*.o", "**", "**/*.o", "b/**", "b/*/m.o", "?op.o", "[ab]*", "**/ff.c",
+            "dd/**/ff.c", "b/c/**", "b/**/c/*.o", "**/**/n.o", "[[]x]", "none", "b/c")
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_the_parent_matches_a_pattern_as_the_adapter_does(
+    pattern: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for path in TREE:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(b"x")
+    monkeypatch.chdir(tmp_path)
+    files, _ = exec_mode.collect([pattern], 1 << 20)
+    assert {f["path"] for f in files} == {p for p in TREE if workdir.matches(pattern, p)}
+
+
+def _reply(*paths: str, unmatched: tuple[str, ...] = ()) -> ExecResult:
+    return ExecResult(exit_code=0, signal=None, stdout=b"", stderr=b"",
+                      files=[CollectedFile(path=p, size=1, data=b"x") for p in paths],
+                      unmatched=list(unmatched))
+
+
+def test_a_collected_file_no_pattern_matches_fails_the_run() -> None:
+    from trunner.runner import check_exec_reply
+
+    limits = Limits()
+    check_exec_reply(_reply("build/a.o"), limits, ["build/*.o"])
+    with pytest.raises(RunnerError) as info:
+        check_exec_reply(_reply("build/a.o", "Makefile"), limits, ["build/*.o"])
+    assert info.value.reason is Reason.BAD_FRAME
+    assert "Makefile" in info.value.detail
+    with pytest.raises(RunnerError) as info:
+        check_exec_reply(_reply(unmatched=("other",)), limits, ["build/*.o"])
+    assert info.value.reason is Reason.BAD_FRAME
+
+
+@pytest.mark.parametrize("where", ["top", "file"])
+def test_a_reply_with_a_key_trunner_did_not_define_is_bad_frame(where: str) -> None:
+    from trunner.protocol import decode_single_frame
+    from trunner.wire import frame
+
+    file = {"path": "a", "size": 1, "data": b"x"}
+    body = exec_mode.result(0, b"", b"", [file], [], 0.0)
+    good = frame(body)
+    assert decode_single_frame(good, ExecResult).files[0].path == "a"
+    if where == "top":
+        body["swallow"] = b"the real frame"
+    else:
+        file["swallow"] = b"the real frame"
+    with pytest.raises(RunnerError) as info:
+        decode_single_frame(frame(body), ExecResult)
+    assert info.value.reason is Reason.BAD_FRAME
+    assert "swallow" in info.value.detail
+
+
+@pytest.mark.parametrize("planted", ["file", "dir"])
+def test_exec_out_never_writes_through_a_symlink(tmp_path: Path, planted: str) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "x.txt").write_bytes(b"precious\n")
+    dest = tmp_path / "collected"
+    (dest / "out").mkdir(parents=True)
+    if planted == "file":
+        (dest / "out" / "x.txt").symlink_to(victim / "x.txt")
+    else:
+        (dest / "out").rmdir()
+        (dest / "out").symlink_to(victim)
+    code, out = cli("exec", "--collect", "out/*", "--out", str(dest), "--",
+                    "/bin/sh", "-c", "mkdir out && echo made > out/x.txt")
+    assert code != 0, out
+    assert out["error"] == "bad_request", out
+    # O_NOFOLLOW: ELOOP on a linked file, ENOTDIR on a linked directory.
+    assert ("Too many levels of symbolic links" if planted == "file" else "Not a directory") \
+        in str(out["detail"]), out
+    assert (victim / "x.txt").read_bytes() == b"precious\n"
+    assert sorted(p.name for p in victim.iterdir()) == ["x.txt"]

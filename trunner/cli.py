@@ -147,19 +147,43 @@ def _read_files(specs: list[str]) -> dict[str, Any]:
 
 
 def _write_files(out_dir: str, files: list[Any]) -> list[dict[str, object]]:
-    """Write collected files under `out_dir` (paths are checked relative ones)."""
+    """Write collected files under `out_dir`, opened once: each path (a
+    checked relative one) is walked one component at a time from it, never
+    following a symlink (`O_NOFOLLOW`: a link planted in `out_dir` fails
+    the write, ELOOP, and the file it names is untouched)."""
+    import contextlib
     import os
 
+    nofollow = os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        top = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ValueError(f"--out {out_dir!r}: {e.strerror}") from None
     listed: list[dict[str, object]] = []
-    for file in files:
-        target = os.path.join(out_dir, file.path)
-        try:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with open(target, "wb") as f:
-                f.write(file.data)
-        except OSError as e:
-            raise ValueError(f"--out {out_dir!r}: {file.path}: {e.strerror}") from None
-        listed.append({"path": file.path, "size": file.size, "written": target})
+    try:
+        for file in files:
+            *parents, name = file.path.split("/")
+            dir_fd = os.dup(top)
+            try:
+                for part in parents:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, 0o755, dir_fd=dir_fd)
+                    fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=dir_fd)
+                    os.close(dir_fd)
+                    dir_fd = fd
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | nofollow, 0o644,
+                             dir_fd=dir_fd)
+                with open(fd, "wb") as f:
+                    f.write(file.data)
+            except OSError as e:
+                raise ValueError(f"--out {out_dir!r}: {file.path}: {e.strerror}") from None
+            finally:
+                os.close(dir_fd)
+            listed.append({"path": file.path, "size": file.size,
+                           "written": os.path.join(out_dir, file.path)})
+    finally:
+        os.close(top)
     return listed
 
 

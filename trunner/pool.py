@@ -95,13 +95,13 @@ class WorkerPool:
     ) -> Result[ExecResult]:
         """`Runner.exec` on a prewarmed worker of a `runner.pool("exec")`:
         the same checks, caps and verdict."""
-        from trunner.runner import check_exec_caps, exec_request
+        from trunner.runner import check_exec_reply, exec_request
 
         if self._mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
         request, caps = exec_request(argv, stdin, files, collect, self._limits)
         result: Result[ExecResult] = await self._serve(request, caps, ExecResult)
-        check_exec_caps(result.response, self._limits)
+        check_exec_reply(result.response, self._limits, request.collect)
         return result
 
     async def _serve(

@@ -128,7 +128,7 @@ class ExecRequest(msgspec.Struct, tag="exec_request", frozen=True, kw_only=True)
     stderr_max_bytes: int = 64 * 1024
 
 
-class CollectedFile(msgspec.Struct, frozen=True, kw_only=True):
+class CollectedFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A file the program left that a `collect` pattern matched."""
 
     path: str
@@ -136,7 +136,9 @@ class CollectedFile(msgspec.Struct, frozen=True, kw_only=True):
     data: bytes
 
 
-class ExecResult(msgspec.Struct, tag="exec_result", frozen=True, kw_only=True):
+class ExecResult(
+    msgspec.Struct, tag="exec_result", frozen=True, kw_only=True, forbid_unknown_fields=True
+):
     """The `exec` mode's response: how the program ended, what it wrote, and
     the collected files (sorted by path) and the patterns that matched none."""
 

@@ -192,7 +192,7 @@ class Runner:
         request, caps = exec_request(argv, stdin, files, collect, limits)
         result: Result[ExecResult] = await self._run(
             adapter_argv(self.worker, "exec"), request, limits, caps, ExecResult)
-        check_exec_caps(result.response, limits)
+        check_exec_reply(result.response, limits, request.collect)
         return result
 
     def _limits(self, limits: Limits | None) -> Limits:
@@ -260,9 +260,10 @@ def exec_request(
     return request, caps
 
 
-def check_exec_caps(response: ExecResult, limits: Limits) -> None:
+def check_exec_reply(response: ExecResult, limits: Limits, patterns: Sequence[str]) -> None:
     """The exec adapter returns one byte past a cap it saw crossed, and one
-    file past the bound of collected files."""
+    file past the bound of collected files; it returns only files that the
+    requested patterns match, and names only those patterns unmatched."""
     cap = limits.stdout_max_bytes
     if len(response.stdout) > cap:
         raise RunnerError(Reason.STDOUT_CAP,
@@ -280,6 +281,12 @@ def check_exec_caps(response: ExecResult, limits: Limits) -> None:
                           f" and the collected files went over the stdout cap of {cap} bytes")
     if not workdir.check_collected(response.files):
         raise RunnerError(Reason.BAD_FRAME, "a collected file's path or size is malformed")
+    for file in response.files:
+        if not any(workdir.matches(pattern, file.path) for pattern in patterns):
+            raise RunnerError(Reason.BAD_FRAME,
+                              f"collected {file.path!r}, which no requested pattern matches")
+    if not set(response.unmatched) <= set(patterns):
+        raise RunnerError(Reason.BAD_FRAME, "the reply names an unmatched pattern not requested")
 
 
 @functools.cache

@@ -121,3 +121,28 @@ def check_collected(files: list[CollectedFile]) -> bool:
         return all(normal_path(p) == p for p in paths)
     except RunnerError:
         return False
+
+
+def matches(pattern: str, path: str) -> bool:
+    """Whether `pattern` matches `path` as the exec adapter matches: `*`, `?`
+    and `[...]` within one segment (dotfiles included), a `**` segment any
+    number of directories (parent side: what a reply may hold)."""
+    from fnmatch import fnmatchcase
+
+    segments, parts = pattern.split("/"), path.split("/")
+    # (segment index, part index) pairs still alive, as in an NFA.
+    states = {(0, 0)}
+    while states:
+        i, j = states.pop()
+        if i == len(segments):
+            if j == len(parts):
+                return True
+            continue
+        if segments[i] == "**":
+            states.add((i + 1, j))  # no more directories
+            # One more part: a directory, or, for a last `**`, the file too.
+            if j < len(parts) - (i < len(segments) - 1):
+                states.add((i, j + 1))
+        elif j < len(parts) and fnmatchcase(parts[j], segments[i]):
+            states.add((i + 1, j + 1))
+    return False
