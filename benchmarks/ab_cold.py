@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Two trunner builds interleaved in one run: cold or prewarmed latency, cold throughput.
 
-    python benchmarks/ab_cold.py OLD_PYTHON NEW_PYTHON [--rounds R] [-n N] [--pool]
+    python benchmarks/ab_cold.py OLD_PYTHON NEW_PYTHON [--rounds R] [-n N] [--pool | --exec]
     python benchmarks/ab_cold.py OLD_PYTHON NEW_PYTHON --concurrency C [--rounds R]
 
 Each python is a venv's interpreter with its own trunner installed (e.g. a
 `git worktree` of an older commit set up with `scripts/setup`). Rounds
 alternate old, new, new, old, ... so load drifts hit both; each round is one
-process running N sequential `Runner.run("echo")` after one warm-up. Prints
+process running N sequential `Runner.run("echo")` (with --exec,
+`Runner.exec(["/bin/true"])`) after one warm-up. Prints
 the p50 and p90 per build and the new/old ratio of the p50s. With --pool,
 each call goes to a prewarmed worker of `runner.pool("echo", size=1)`,
 timed only once the worker is blocked reading its request. With
@@ -29,14 +30,15 @@ import tempfile
 ROUND = r"""
 import json, sys, tempfile, time, trio
 from trunner import Runner
-n = int(sys.argv[1])
+n, mode = int(sys.argv[1]), sys.argv[2]
 async def main():
     r = Runner(temp_root=tempfile.gettempdir())
-    await r.run("echo", 0)
+    call = (lambda i: r.exec(["/bin/true"])) if mode == "exec" else (lambda i: r.run("echo", i))
+    await call(0)
     out = []
     for i in range(n):
         t = time.perf_counter()
-        await r.run("echo", i)
+        await call(i)
         out.append((time.perf_counter() - t) * 1000)
     print(json.dumps(out))
 trio.run(main)
@@ -88,10 +90,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("-n", type=int, default=30)
     parser.add_argument("--pool", action="store_true", help="prewarmed workers, not cold")
+    parser.add_argument("--exec", action="store_true",
+                        help="cold `exec` of /bin/true, not `echo` (latency only)")
     parser.add_argument("--concurrency", type=int, default=0,
                         help="measure cold invocations/s with this many callers instead")
     args = parser.parse_args()
     code, round_args = (POOL_ROUND if args.pool else ROUND), [str(args.n)]
+    if not args.pool:
+        round_args.append("exec" if args.exec else "echo")
     if args.concurrency:
         code = THROUGHPUT_ROUND
         round_args = [str(args.concurrency), str(RAMP_S), str(WINDOW_S)]
