@@ -24,7 +24,7 @@ from trunner.rules import effective_rules_version
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids cgroup, no import paths).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "b657c66466184436d54b06f0df91654b359b53ea61d5dd2a235d9e713f541761"
+GOLDEN_DEFAULT = "d129a778c30435437b18d40a14f7038333357bd02975fe7698f3e3341a03c502"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:
@@ -50,7 +50,7 @@ def test_golden_default_version() -> None:
 
 
 PROFILE_CHANGES = {
-    "namespaces": ("ipc", "mount", "pid", "user", "uts"),
+    "namespaces": ("cgroup", "ipc", "mount", "pid", "user", "uts"),
     "read_exec": (*DEFAULT_PROFILE.read_exec, "/opt"),
     "read_only": DEFAULT_PROFILE.read_only[1:],
     "read_write": (),
