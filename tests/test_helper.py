@@ -230,9 +230,9 @@ def test_plan_jail_is_pure_and_names_every_layer() -> None:
     limits = Limits(processes=5, open_files=99)
     a = plan_jail(limits, host, DEFAULT_PROFILE, "/j", parent_pid=42, cgroup="/cg")
     assert a == plan_jail(limits, host, DEFAULT_PROFILE, "/j", parent_pid=42, cgroup="/cg")
-    # user, net, mount, pid, ipc, uts
+    # user, net, mount, pid, ipc, uts, cgroup
     assert a.unshare_flags == (
-        0x10000000 | 0x40000000 | 0x20000 | 0x20000000 | 0x08000000 | 0x04000000)
+        0x10000000 | 0x40000000 | 0x20000 | 0x20000000 | 0x08000000 | 0x04000000 | 0x02000000)
     assert (a.uid, a.gid, a.parent_pid) == (1000, 1000, 42)
     rules = dict(a.landlock.path_rules)
     for path in (WORKDIR, "/tmp", "/dev/shm"):  # the scratch is writable
@@ -252,7 +252,7 @@ def test_plan_jail_is_pure_and_names_every_layer() -> None:
     assert (resource.RLIMIT_NOFILE, 99, 99) in a.rlimits
     assert (resource.RLIMIT_CORE, 0, 0) in a.rlimits
     assert marshal.loads(bytes.fromhex(encode_plan(a)))["seccomp_bpf"] == a.seccomp_bpf
-    for name in ("user", "mount", "pid", "ipc", "uts"):
+    for name in ("user", "mount", "pid", "ipc", "uts", "cgroup"):
         without = msgspec.structs.replace(
             DEFAULT_PROFILE, namespaces=tuple(n for n in DEFAULT_PROFILE.namespaces if n != name))
         with pytest.raises(ValueError, match=f"own {name} namespace"):

@@ -72,3 +72,55 @@ def test_untrusted_mappings_give_limits_or_value_error(data: dict[str, Any]) -> 
     except ValueError:
         return
     assert msgspec.convert(msgspec.structs.asdict(limits), Limits) == limits
+
+
+def _four_ways(fields: dict[str, Any]) -> list[Limits]:
+    """The same limits built as a caller, a config file, a pickle and the wire build them."""
+    import pickle
+
+    built = Limits(**fields)
+    configured = Limits.from_mapping(fields)
+    return [
+        built,
+        configured,
+        pickle.loads(pickle.dumps(built)),
+        msgspec.msgpack.decode(msgspec.msgpack.encode(fields), type=Limits),
+    ]
+
+
+@pytest.mark.parametrize("fields", [{"wall_time_s": 5}, {"wall_time_s": 5, "cpu_time_s": 7},
+                                    {"wall_time_s": 86400, "processes": 3}])
+def test_equal_limits_are_one_value_one_plan_one_version(fields: dict[str, Any]) -> None:
+    """An int for a float field (wall_time_s=5) is stored as the float, however the
+    limits were built: equal limits encode, plan and version alike. Before, the
+    constructor kept int 5 and from_mapping gave 5.0: equal, but two versions."""
+    from trunner import Runner
+    from trunner.linux.backend import probe_host
+    from trunner.linux.plan import encode_plan, plan_jail
+    from trunner.profile import DEFAULT_PROFILE
+    from trunner.rules import effective_rules_version
+
+    ways = _four_ways(fields)
+    assert all(way == ways[0] for way in ways)
+    for name in Limits.__struct_fields__:
+        assert {type(getattr(way, name)) for way in ways} == {type(getattr(Limits(), name))}, name
+    assert len({msgspec.msgpack.encode(way) for way in ways}) == 1
+    plans = {encode_plan(plan_jail(way, probe_host(), DEFAULT_PROFILE, "/nonexistent"))
+             for way in ways}
+    assert len(plans) == 1
+    fresh = [Runner().rules_version(way) for way in ways]
+    assert len(set(fresh)) == 1, fresh
+    backend = Runner().backend
+    assert {effective_rules_version(backend, way) for way in ways} == set(fresh[:1])
+
+
+def test_the_version_cache_answers_for_the_value_not_the_first_form_seen() -> None:
+    """The Runner caches versions per Limits (equal limits are one key): whichever
+    form it saw first, it answers what a fresh Runner computes for the other."""
+    from trunner import Runner
+
+    built, configured, *_ = _four_ways({"wall_time_s": 5})
+    for first, second in ((built, configured), (configured, built)):
+        runner = Runner()
+        runner.rules_version(first)
+        assert runner.rules_version(second) == Runner().rules_version(second)

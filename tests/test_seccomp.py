@@ -241,14 +241,30 @@ def test_ioctl_allow_list(bpf_file: Path, tmp_path: Path) -> None:
     assert_ok(run_filtered(body, bpf_file, tmp_path))
 
 
-def test_fcntl_setlease_is_eperm_and_locks_work(bpf_file: Path, tmp_path: Path) -> None:
+def test_fcntl_setlease_and_notify_are_eperm_and_locks_work(
+    bpf_file: Path, tmp_path: Path
+) -> None:
+    """F_SETLEASE and F_NOTIFY (dnotify) fail EPERM, high bits or not; the directory
+    watched in vain sends no SIGIO when it changes."""
     body = """
-    import fcntl
+    import fcntl, signal
     fd = os.open("f", os.O_RDWR | os.O_CREAT)
     for cmd in (fcntl.F_SETLEASE, (1 << 32) | fcntl.F_SETLEASE):
         assert libc.syscall(72, fd, ctypes.c_ulong(cmd), fcntl.F_RDLCK) == -1
         assert ctypes.get_errno() == errno.EPERM, (hex(cmd), ctypes.get_errno())
     assert fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_UNLCK
+    seen = []
+    signal.signal(signal.SIGIO, lambda n, f: seen.append(n))
+    os.mkdir("d")
+    d = os.open("d", os.O_RDONLY | os.O_DIRECTORY)
+    events = fcntl.DN_ACCESS | fcntl.DN_CREATE | fcntl.DN_MULTISHOT
+    for cmd in (fcntl.F_NOTIFY, (1 << 32) | fcntl.F_NOTIFY):
+        assert libc.syscall(72, d, ctypes.c_ulong(cmd), events) == -1
+        assert ctypes.get_errno() == errno.EPERM, (hex(cmd), ctypes.get_errno())
+    os.listdir("d")
+    open("d/new", "w").close()
+    signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a syscall: pending handlers run after it
+    assert seen == [], seen
     fcntl.flock(fd, fcntl.LOCK_EX)
     fcntl.lockf(fd, fcntl.LOCK_EX)
     assert fcntl.fcntl(fd, fcntl.F_GETFD) == fcntl.FD_CLOEXEC
@@ -304,7 +320,9 @@ def test_provider_policy_tcp_only_no_server(provider_bpf: Path, tmp_path: Path) 
     out["socketpair"] = "OK"
     s = socket.socket()
     for name, call in (("listen", s.listen), ("accept", s.accept),
-                       ("accept4", lambda: libc.syscall(288, s.fileno(), None, None, 0))):
+                       ("accept4", lambda: libc.syscall(288, s.fileno(), None, None, 0)),
+                       ("bind abstract", lambda: a.bind(b"\\0trunner-test-%d" % os.getpid())),
+                       ("bind tcp", lambda: s.bind(("127.0.0.1", 0)))):
         try:
             rc = call()
         except OSError as e:
@@ -322,7 +340,8 @@ def test_provider_policy_tcp_only_no_server(provider_bpf: Path, tmp_path: Path) 
                  for p in (262, 256, 132, 17, (1 << 32) | 262, 0xFFFFFFFF)}
     expected |= {"inet dgram": "ESOCKTNOSUPPORT", "inet6 raw": "ESOCKTNOSUPPORT",
                  "unix stream": "EAFNOSUPPORT", "netlink": "EAFNOSUPPORT", "socketpair": "OK",
-                 "listen": "EPERM", "accept": "EPERM", "accept4": "EPERM"}
+                 "listen": "EPERM", "accept": "EPERM", "accept4": "EPERM",
+                 "bind abstract": "EPERM", "bind tcp": "EPERM"}
     assert got == expected
 
 
@@ -441,7 +460,7 @@ def test_must_deny_names_are_not_in_the_policy() -> None:
     assert seccomp.NAMESPACE_FLAGS & 0xFF == 0  # never touches clone's exit-signal byte
     assert set(policy.ioctl_eperm) == {seccomp.TIOCSTI, seccomp.TIOCLINUX}
     assert policy.ioctl_allowed == seccomp.IOCTL_ALLOWED
-    assert policy.fcntl_eperm == (seccomp.F_SETLEASE,)
+    assert policy.fcntl_eperm == (seccomp.F_SETLEASE, seccomp.F_NOTIFY)
     assert policy.send_flags_denied == seccomp.MSG_FASTOPEN
     assert policy.self_only == ("prlimit64",)
 
@@ -641,6 +660,7 @@ def test_extra_allowed_and_socket_switch_widen_the_filter(tmp_path: Path) -> Non
     [seccomp.TIOCSTI, seccomp.TIOCLINUX],
     [*seccomp.IOCTL_ALLOWED, seccomp.TIOCSTI, seccomp.TIOCLINUX],
     [seccomp.F_SETLEASE],
+    [seccomp.F_SETLEASE, seccomp.F_NOTIFY],
     [0, 6],
     [],
 ])

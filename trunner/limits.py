@@ -4,6 +4,11 @@
 its unit in its name. Values built in code and values decoded from config go
 through the same checks (`Limits.from_mapping` uses `msgspec.convert`).
 Units are converted once, where the limit is applied (linux.py).
+
+Values are canonical by field type: an int given for a float field is stored
+as that float, whichever way the limits were built (constructor,
+`from_mapping`, pickle, msgpack). Equal limits then hold identical values,
+so they plan, encode and hash alike: one rules version.
 """
 
 from collections.abc import Mapping
@@ -43,7 +48,15 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         # Meta constraints are only checked on decode/convert; check here too so
         # `Limits(...)` in code and `Limits.from_mapping(...)` agree.
-        msgspec.convert(msgspec.structs.asdict(self), _Checked)
+        checked = msgspec.convert(msgspec.structs.asdict(self), _Checked)
+        # The constructor keeps an int given for a float field; convert gives
+        # the float. 5 == 5.0 and they hash alike, but they encode (and so
+        # plan and version) differently: store the converted value. Every way
+        # of building a Limits runs this (pickle and msgpack decode too).
+        for name in self.__struct_fields__:
+            value = getattr(checked, name)
+            if type(getattr(self, name)) is not type(value):
+                msgspec.structs.force_setattr(self, name, value)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> "Limits":

@@ -38,9 +38,9 @@ class JailProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """
 
     name: str
-    #: Namespaces the helper unshares: user, mount, pid, ipc and uts always
-    #: (a plan without one is refused); "net" unless the profile needs the
-    #: host network (provider).
+    #: Namespaces the helper unshares: cgroup, user, mount, pid, ipc and uts
+    #: always (a plan without one is refused); "net" unless the profile needs
+    #: the host network (provider).
     namespaces: tuple[str, ...]
     read_exec: tuple[str, ...]
     read_only: tuple[str, ...]
@@ -58,7 +58,7 @@ class JailProfile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 DEFAULT_PROFILE: Final = JailProfile(
     name="default",
-    namespaces=("ipc", "mount", "net", "pid", "user", "uts"),
+    namespaces=("cgroup", "ipc", "mount", "net", "pid", "user", "uts"),
     # Host paths: bound read-only into the jail's root, and granted again by
     # Landlock on top. /dev, /etc, /proc, /tmp and the working dir are the
     # jail's own (built by the helper: see `trunner.linux.plan.root_ops`);
@@ -89,7 +89,7 @@ class ProviderConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 class _Template(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     # What the provider template must contain once filled.
     name: str
-    namespaces: list[Literal["ipc", "mount", "net", "pid", "user", "uts"]]
+    namespaces: list[Literal["cgroup", "ipc", "mount", "net", "pid", "user", "uts"]]
     tcp_connect_ports: list[Port]
     provider_hosts: list[str]
     extra_read_only: list[str]

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
+import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import trio
 
-from conftest import TESTS_DIR
-from support import run_code, sha256
+from conftest import TESTS_DIR, child_pids, make_runner
+from support import host_children, run_code, sha256
 from trunner import Limits, Runner
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 @pytest.fixture
@@ -334,3 +341,79 @@ async def test_fd_relative_traversal_from_o_path(runner: Runner, outside: Path) 
     # Outside: not in the root; "..": the root's /home, the jail's own dir only.
     assert result == ["ENOENT", "OK:['trunner']"]
     assert "top secret" not in repr(result)
+
+
+# Where the host must act while a jailed child holds something: the child makes
+# a file `ready` in its working dir (reached from the host through the jail's
+# /proc/PID/cwd) and waits for the host's SIGUSR1, which a wakeup pipe catches
+# whenever it comes. Every signal with a handler lands in that pipe: the child
+# reports the ones it got.
+HOLD = """
+import select, signal
+_wake_r, _wake_w = os.pipe()
+os.set_blocking(_wake_w, False)
+signal.set_wakeup_fd(_wake_w)
+for _sig in (signal.SIGIO, signal.SIGUSR1):
+    signal.signal(_sig, lambda n, f: None)
+open("ready", "w").close()
+signals = b""
+while signal.SIGUSR1 not in signals and select.select([_wake_r], [], [], 15)[0]:
+    signals += os.read(_wake_r, 64)
+signals = sorted(set(signals))
+"""
+
+
+def _ready_jails() -> list[int]:
+    """Host pids of jailed children (pid 2 of each jail) that made `ready`."""
+    return [jail for helper in child_pids() for init in host_children(helper)
+            for jail in host_children(init) if os.path.exists(f"/proc/{jail}/cwd/ready")]
+
+
+async def while_held(
+    runner: Runner, before: str, after: str, host: Callable[[], Any]
+) -> tuple[Any, Any]:
+    """Run `before` in the jail, then `HOLD`; meanwhile `host()` runs on the host
+    and the child is released; then `after`, whose `result` is returned with
+    what `host()` returned."""
+    out: dict[str, Any] = {}
+    code = textwrap.dedent(before) + HOLD + textwrap.dedent(after)
+
+    async def jailed() -> None:
+        out["child"] = await run_code(runner, code)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(jailed)
+        with trio.fail_after(15):
+            while not (ready := _ready_jails()):  # noqa: ASYNC110  polls the jail
+                await trio.sleep(0.01)
+        try:
+            out["host"] = host()
+        finally:
+            os.kill(ready[0], signal.SIGUSR1)
+    return out["child"], out["host"]
+
+
+async def test_dnotify_on_a_read_only_host_dir(jail_root: Path, tmp_path: Path) -> None:
+    """fcntl(F_NOTIFY) on a directory of a read-only host bind would signal the jail
+    (SIGIO) each time a host process or another jail lists or changes it. It fails
+    EPERM, like F_SETLEASE; the host lists and writes, and no SIGIO comes."""
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    (watched / "old").write_text("host data")
+    runner = make_runner(import_paths=[TESTS_DIR, str(watched)], temp_root=str(jail_root),
+                         limits=Limits(wall_time_s=20.0))
+    before = f"""
+        import fcntl
+        fd = os.open({str(watched)!r}, os.O_RDONLY | os.O_DIRECTORY)
+        armed = attempt(lambda: fcntl.fcntl(
+            fd, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_CREATE | fcntl.DN_MULTISHOT))
+    """
+
+    def host() -> list[str]:
+        listed = os.listdir(watched)
+        (watched / "new").write_text("host data")
+        return listed
+
+    child, listed = await while_held(runner, before, "result = [armed, signals]", host)
+    # The host listed and wrote (SIGIO, 29, would be there), and was not seen.
+    assert (child, listed) == (["EPERM", [signal.SIGUSR1]], ["old"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from conftest import TESTS_DIR
@@ -15,8 +16,6 @@ from support import run_code
 from trunner.linux.plan import package_dir, trunner_dir
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from trunner import Runner
 
 async def test_pidfd_open_reaches_only_the_jails_own_pids(runner: Runner) -> None:
@@ -106,3 +105,46 @@ async def test_an_editable_checkout_shows_only_the_package(runner: Runner) -> No
         assert result[path] == "ENOENT", path
     assert result["package"].startswith("OK:")
     assert result["tests"] == "OK:True"
+
+
+async def test_boot_command_line_and_kernel_config_read_empty(runner: Runner) -> None:
+    """Before: /proc/cmdline and /proc/config.gz gave the host's boot command line
+    and kernel build config. Now they are masked (/dev/null over each, as container
+    runtimes mask that class of file); /proc/stat, /proc/loadavg and /proc/pressure
+    stay readable, for ps and top (README: what they reveal)."""
+    cmdline = Path("/proc/cmdline").read_bytes().strip()
+    assert cmdline  # the host has one to hide
+    has_config = os.path.exists("/proc/config.gz")
+    kept = [p for p in ("/proc/stat", "/proc/loadavg", "/proc/pressure/cpu") if os.path.exists(p)]
+    result = await run_code(runner, f"""
+        def read(path):
+            with open(path, "rb") as f:
+                return f.read().hex()
+        result = {{p: attempt(lambda: read(p))
+                   for p in ("/proc/cmdline", "/proc/config.gz", *{kept!r})}}
+    """)
+    assert result["/proc/cmdline"] == "OK:''"
+    # A kernel without CONFIG_IKCONFIG_PROC has no config.gz to hide.
+    assert result["/proc/config.gz"] == ("OK:''" if has_config else "ENOENT")
+    assert cmdline.hex() not in repr(result)
+    for path in kept:
+        assert result[path].startswith("OK:'"), (path, result[path])
+        assert result[path] != "OK:''", path
+
+
+async def test_proc_self_cgroup_shows_no_host_path(runner: Runner) -> None:
+    """Before: /proc/self/cgroup named the run's host cgroup, with the parent's pid
+    in it (`/trunner/<pid>-<id>`), and the caller's own cgroup path. The jail has
+    its own cgroup namespace, unshared after the helper joined the run's cgroups:
+    every hierarchy shows the jail at its root, "/"."""
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    host_paths = {line.split(":", 2)[2] for line in lines} - {"/"}
+    result = await run_code(runner, """
+        with open("/proc/self/cgroup") as f:
+            result = f.read()
+    """)
+    lines = result.splitlines()
+    assert lines
+    assert all(line.split(":", 2)[2] == "/" for line in lines), result
+    assert f"{os.getpid()}-" not in result
+    assert not any(path in result for path in host_paths), (host_paths, result)

@@ -9,16 +9,18 @@ import contextlib
 import errno
 import json
 import os
+import signal
 import socket
 import textwrap
 from typing import TYPE_CHECKING
 
 import pytest
 import trio
+from test_filesystem import while_held
 
 from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
 from sec_helpers import run_code
-from trunner import Reason, Runner, RunnerError
+from trunner import Limits, Reason, Runner, RunnerError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -342,3 +344,32 @@ async def test_provider_cannot_listen(provider: Runner, jail_root: Path) -> None
         done.set()
     assert result == {"autobind4": "EPERM", "autobind6": "EPERM", "mptcp": "EPROTONOSUPPORT"}
     assert connects == {}, connects
+
+
+async def test_provider_cannot_bind_an_abstract_name(jail_root: Path) -> None:
+    """The provider shares the host's network namespace, where abstract unix names
+    live: a socketpair's end bound to one would hold it (a host service binding it
+    then fails EADDRINUSE). Landlock's abstract scope covers connect, not bind; the
+    filter denies bind (EPERM). While the child lives, the host binds that name."""
+    if landlock_abi_in_force() < 6:
+        # Asserted by test_provider_runs_only_where_landlock_covers_the_host_network.
+        pytest.skip(f"the provider profile is refused at Landlock ABI {landlock_abi_in_force()}")
+    provider = make_runner(import_paths=[TESTS_DIR], temp_root=str(jail_root),
+                           provider={"ports": [PROVIDER_PORT]}, limits=Limits(wall_time_s=20.0))
+    name = b"\0trunner-test-%d-%s" % (os.getpid(), os.urandom(8).hex().encode())
+    before = f"""
+        import socket
+        a, b = socket.socketpair()
+        bound = attempt(lambda: a.bind({name!r}))
+    """
+
+    def host() -> str:
+        with socket.socket(socket.AF_UNIX) as s:
+            try:
+                s.bind(name)
+            except OSError as e:
+                return errno.errorcode[e.errno or 0]
+        return "bound"
+
+    child, hosted = await while_held(provider, before, "result = [bound, signals]", host)
+    assert (child, hosted) == (["EPERM", [signal.SIGUSR1]], "bound")

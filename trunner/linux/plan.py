@@ -35,15 +35,20 @@ CGROUP: Final = "@cgroup"
 MEMORY_CGROUP: Final = "@memory_cgroup"
 
 _CLONE_NEWNS: Final = 0x00020000
+_CLONE_NEWCGROUP: Final = 0x02000000
 _CLONE_NEWUTS: Final = 0x04000000
 _CLONE_NEWIPC: Final = 0x08000000
 _CLONE_NEWUSER: Final = 0x10000000
 _CLONE_NEWPID: Final = 0x20000000
 _CLONE_NEWNET: Final = 0x40000000
 _NAMESPACE_FLAGS: Final = {"user": _CLONE_NEWUSER, "net": _CLONE_NEWNET, "mount": _CLONE_NEWNS,
-                           "pid": _CLONE_NEWPID, "ipc": _CLONE_NEWIPC, "uts": _CLONE_NEWUTS}
+                           "pid": _CLONE_NEWPID, "ipc": _CLONE_NEWIPC, "uts": _CLONE_NEWUTS,
+                           "cgroup": _CLONE_NEWCGROUP}
 #: Namespaces every jail has (the provider profile only shares the network).
-REQUIRED_NAMESPACES: Final = ("ipc", "mount", "pid", "user", "uts")
+#: cgroup: unshared after the helper joined the run's cgroups, so they are the
+#: jail's root and /proc/self/cgroup shows "/", not the host's path with the
+#: parent's pid in it.
+REQUIRED_NAMESPACES: Final = ("cgroup", "ipc", "mount", "pid", "user", "uts")
 _PATH: Final = "/usr/local/bin:/usr/bin:/bin"
 
 #: The working dir inside the jail (cwd, HOME, TMPDIR): fixed, so a run's
@@ -68,12 +73,14 @@ ETC_FILES: Final = (
 DEV_NODES: Final = ("full", "null", "random", "tty", "urandom", "zero")
 #: /proc entries made read-only (runc's readonlyPaths).
 PROC_READ_ONLY: Final = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
-#: /proc entries hidden (runc's maskedPaths): /dev/null over files, an empty
-#: read-only tmpfs over directories.
+#: /proc entries hidden (runc's maskedPaths, plus the host's boot command line
+#: and kernel build config): /dev/null over files, an empty read-only tmpfs over
+#: directories. /proc/stat, /proc/loadavg and /proc/pressure stay: ps and top
+#: read them (README: what they reveal).
 PROC_MASKED: Final = (
-    "/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
-    "/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
-    "/proc/timer_stats",
+    "/proc/acpi", "/proc/asound", "/proc/cmdline", "/proc/config.gz", "/proc/interrupts",
+    "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/sched_debug", "/proc/scsi",
+    "/proc/timer_list", "/proc/timer_stats",
 )
 #: Paths the jail builds itself; a profile naming them means the built one.
 #: (Host paths inside /tmp or /etc are bound there.)

@@ -30,6 +30,7 @@ __all__ = [
     "CLONE_NEWTIME",
     "CLONE_PARENT",
     "DEFAULT_POLICY",
+    "F_NOTIFY",
     "F_SETLEASE",
     "IOCTL_ALLOWED",
     "MSG_FASTOPEN",
@@ -106,6 +107,10 @@ IOCTL_ALLOWED = (
 # A lease makes every other opener of the file (any host process, any uid) wait for the
 # holder, up to lease-break-time (45 s). Locks stay: advisory, and they die with the run.
 F_SETLEASE = 1024
+# dnotify: a watch on a directory of a read-only host bind signals the jail whenever a host
+# process or another jail lists or changes it. The filter cannot tell a host bind from the
+# run's own scratch, so it fails everywhere (as inotify does: not on the allow-list).
+F_NOTIFY = 1026
 
 _U32 = 0xFFFFFFFF
 
@@ -126,7 +131,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "access",
     "alarm",  # signal.alarm(); getitimer/setitimer likewise
     "arch_prctl",  # TLS setup by ld.so
-    "bind",
+    "bind",  # AF_UNIX names in the run's own network namespace (default profile only)
     "brk",
     "capget",  # read-only: libcap, ps
     "chdir",
@@ -343,9 +348,9 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
 #   ioctl outside IOCTL_ALLOWED: ENOTTY (TIOCSTI, TIOCLINUX: EPERM).
 #   sendto/sendmsg with MSG_FASTOPEN: EOPNOTSUPP (fast open disabled).
 #   provider socket() with a protocol other than 0/TCP: EPROTONOSUPPORT.
-# And EPERM: clone with a namespace flag; fcntl(F_SETLEASE); prlimit64 of another pid
-# (it could lower the limits of the jail's pid 1); listen/accept/accept4 in the provider
-# profile.
+# And EPERM: clone with a namespace flag; fcntl(F_SETLEASE), fcntl(F_NOTIFY); prlimit64 of
+# another pid (it could lower the limits of the jail's pid 1); bind/listen/accept/accept4
+# in the provider profile.
 # SysV shared memory is memory outside RLIMIT_AS (like the scratch tmpfs): a segment
 # outlives its detach until the IPC namespace ends with the run. Only a memory cgroup
 # bounds it per run (issue 10, item 8).
@@ -380,7 +385,7 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     #: `ioctl` requests that fail EPERM.
     ioctl_eperm: tuple[int, ...] = (TIOCSTI, TIOCLINUX)
     #: `fcntl` commands that fail EPERM; the rest are allowed.
-    fcntl_eperm: tuple[int, ...] = (F_SETLEASE,)
+    fcntl_eperm: tuple[int, ...] = (F_SETLEASE, F_NOTIFY)
     #: `sendto`/`sendmsg` with any of these flags fail EOPNOTSUPP (0: unconditional).
     send_flags_denied: int = MSG_FASTOPEN
     #: Fail with EPERM: the known-dangerous families.
@@ -469,14 +474,19 @@ ERRNO_EPERM: tuple[str, ...] = (
 
 #: Denied (EPERM) in the provider profile: listen() autobinds an unbound TCP socket
 #: to 0.0.0.0:<ephemeral> without a bind() for Landlock to check, and the host can
-#: then connect in. seccomp cannot see the socket's family at listen().
-SERVER_SYSCALLS: tuple[str, ...] = ("accept", "accept4", "listen")
+#: then connect in. bind() of a socketpair's AF_UNIX end takes an abstract name in
+#: the host's network namespace (a host service binding it then fails EADDRINUSE);
+#: Landlock's abstract scope covers connect and send, not bind, and TCP bind is
+#: Landlock's already (no port is granted). seccomp cannot see the socket's family
+#: at bind() or listen(), so both fail for every family.
+SERVER_SYSCALLS: tuple[str, ...] = ("accept", "accept4", "bind", "listen")
 
 
 def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
     """The provider profile's policy: TCP sockets and `connect` allowed (Landlock
     limits the ports), AF_UNIX sockets no longer creatable, so `connect` cannot
-    reach a pathname unix socket on the host; no server calls."""
+    reach a pathname unix socket on the host; no server calls, `bind` included
+    (`SERVER_SYSCALLS`)."""
     base = DEFAULT_POLICY if base is None else base
     return msgspec.structs.replace(
         base,
@@ -495,7 +505,7 @@ DEFAULT_POLICY = SeccompPolicy(
     clone_denied_flags=NAMESPACE_FLAGS,
     ioctl_allowed=IOCTL_ALLOWED,
     ioctl_eperm=(TIOCSTI, TIOCLINUX),
-    fcntl_eperm=(F_SETLEASE,),
+    fcntl_eperm=(F_SETLEASE, F_NOTIFY),
     send_flags_denied=MSG_FASTOPEN,
     errno_eperm=ERRNO_EPERM,
     self_only=SELF_ONLY,
