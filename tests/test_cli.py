@@ -210,7 +210,8 @@ def test_doctor_reports_each_layer_in_json_and_text() -> None:
     assert landlock["kernel_abi"] == out["landlock_abi"] == kernel
     assert landlock["abi_used"] == min(kernel, KNOWN_ABI)
     assert landlock["features"] == features_for_abi(min(kernel, KNOWN_ABI))
-    assert layers["namespaces"]["available"] == ["user", "net", "mount", "pid", "ipc", "uts"]
+    assert layers["namespaces"]["available"] == ["user", "net", "mount", "pid", "ipc", "uts",
+                                                 "cgroup"]
     text = subprocess.run([TRUNNER, "doctor"], capture_output=True, text=True, timeout=120)
     assert text.returncode == 0, text.stderr
     lines = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip()
@@ -227,7 +228,7 @@ def _host(abi: int, namespaces: tuple[str, ...]) -> HostSupport:
                        process_limit=ProcessLimit("rlimit_nproc"), namespaces=namespaces)
 
 
-ALL_NS = ("user", "net", "mount", "pid", "ipc", "uts")
+ALL_NS = ("user", "net", "mount", "pid", "ipc", "uts", "cgroup")
 SCOPES = ["scope_abstract_unix_socket", "scope_signal"]
 
 
@@ -262,7 +263,8 @@ def test_doctor_layers_without_landlock_or_a_namespace() -> None:
 
     layers = host_layers(_host(0, tuple(n for n in ALL_NS if n != "pid")))
     assert layers["namespaces"] == {"holds": False, "available": ["user", "net", "mount", "ipc",
-                                                                  "uts"], "missing": ["pid"]}
+                                                                  "uts", "cgroup"],
+                                    "missing": ["pid"]}
     assert not layers["landlock"]["holds"]
     assert not any(layers["landlock"]["features"].values())
     assert not layers["provider_profile"]["holds"]

@@ -58,7 +58,7 @@ def kernel_version() -> tuple[int, int]:
 
 #: Each namespace a jail unshares, and its /proc/sys/user/max_*_namespaces name.
 _NAMESPACE_SYSCTLS = (("user", "user"), ("net", "net"), ("mount", "mnt"), ("pid", "pid"),
-                      ("ipc", "ipc"), ("uts", "uts"))
+                      ("ipc", "ipc"), ("uts", "uts"), ("cgroup", "cgroup"))
 
 
 @functools.cache
