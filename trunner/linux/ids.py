@@ -14,7 +14,8 @@ jail's processes or files (/proc/PID/root).
   host's memory holds at the default `memory_bytes`.
 - `HostIds.check` (at `Runner()`) refuses the range, `host_ids_in_use`,
   when /etc/passwd, /etc/group, /etc/subuid or /etc/subgid name an id in it,
-  or a process runs with one that no trunner run holds. Users only a name
+  or a live process runs with one that no trunner run holds (zombies hold
+  nothing but their pid and are not counted). Users only a name
   service (LDAP, sssd) knows are not seen: reserve the range there.
 - `HostIds.acquire` takes the first free id after the last one this
   process took: an flock on `/run/trunner-ids/<id>` (root's, 0700), held
@@ -234,6 +235,23 @@ def _processes(proc: str, ids: range) -> list[tuple[int, str, set[int]]]:
             continue  # exited while we looked
         used = {int(v) for key in ("Uid", "Gid") for v in fields.get(key, "").split()
                 if int(v) in ids}
-        if used:
+        if used and not _dead(proc, entry, fields):
             out.append((int(entry), fields.get("Name", "").strip(), used))
     return out
+
+
+_PF_EXITING: Final = 0x4
+
+
+def _dead(proc: str, pid: str, fields: dict[str, str]) -> bool:
+    """A zombie or a process past its exit: it holds nothing but its pid. (A
+    cancelled run's pid 1, whose parent the helper was killed first, stays a
+    zombie until the host's init reaps it, in its own time.)"""
+    if fields.get("State", "").split()[:1] in (["Z"], ["X"]):
+        return True
+    try:
+        with open(f"{proc}/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            flags = int(f.read().rsplit(")", 1)[1].split()[6])
+    except (OSError, IndexError, ValueError):
+        return True  # gone while we looked
+    return bool(flags & _PF_EXITING)
