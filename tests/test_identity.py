@@ -23,6 +23,7 @@ from trunner.linux.plan import JAIL_ID
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
 root_only = pytest.mark.skipif(os.getuid() != 0, reason="a root caller's host ids (not root:"
@@ -42,6 +43,19 @@ SMALL = 0x7B000000
 
 def host_uid(pid: int) -> int:
     return int(proc_status(pid)["Uid"].split()[0])
+
+
+async def wait_children(
+    n: int, *, until: Callable[[], bool] = lambda: True, timeout_s: float = 60
+) -> list[int]:
+    """Poll until this process has `n` children (helpers of runs started)
+    and `until()` holds."""
+    with trio.fail_after(timeout_s):
+        while True:
+            pids = child_pids()
+            if len(pids) >= n and until():
+                return pids
+            await trio.sleep(0.01)
 
 
 async def test_the_jail_is_one_uid_inside_mapped_to_its_host_id(runner: Runner) -> None:
@@ -95,7 +109,9 @@ async def test_a_root_only_file_in_view_is_not_readable(tmp_path: Path, jail_roo
     assert secret.read_text() == "root's only"
 
 
-async def _hold_two(runner: Runner, code: str, during: Any = None) -> tuple[list[int], list[Any]]:  # noqa: ANN401
+async def _hold_two(
+    runner: Runner, code: str, during: Callable[[], Awaitable[None]] | None = None
+) -> tuple[list[int], list[Any]]:
     """Run `code` (which calls `ready(info)`) twice at once; while both jails
     wait, read their host uids from /proc and call `during()`. Returns the
     uids and both results."""
@@ -107,10 +123,7 @@ async def _hold_two(runner: Runner, code: str, during: Any = None) -> tuple[list
     async with trio.open_nursery() as nursery:
         nursery.start_soon(one)
         nursery.start_soon(one)
-        with trio.fail_after(30):
-            while len(child_pids()) < 2:
-                await trio.sleep(0.01)
-        jails = [(await jail_ready(helper, go=False))[0] for helper in child_pids()]
+        jails = [(await jail_ready(helper, go=False))[0] for helper in await wait_children(2)]
         uids = [host_uid(jail) for jail in jails]
         if during is not None:
             await during()
@@ -155,7 +168,8 @@ def test_the_range_is_refused_when_the_host_names_an_id_in_it(tmp_path: Path, ja
     with pytest.raises(RunnerError) as info:
         Runner(temp_root=str(jail_root), backend=backend)
     assert info.value.reason is Reason.HOST_IDS_IN_USE
-    assert "intruder" in info.value.detail and str(path) in info.value.detail
+    assert "intruder" in info.value.detail
+    assert str(path) in info.value.detail
     assert child_pids() == []
     # The same range with the host's own files is free.
     Runner(temp_root=str(jail_root), backend=LinuxBackend(locate_worker(), host_ids=ids))
@@ -202,10 +216,7 @@ async def test_one_id_serves_any_number_of_sequential_runs(jail_root: Path) -> N
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_code, runner, READY + "ready({})\n" + LOOP)
-        with trio.fail_after(30):
-            while not child_pids():
-                await trio.sleep(0.01)
-        helper = child_pids()[0]
+        [helper] = await wait_children(1)
         jail, _ = await jail_ready(helper, go=False)
         assert host_uid(jail) == SMALL
         # The one id is taken: refused, nothing spawned.
@@ -224,9 +235,7 @@ async def test_a_pool_holds_its_ids_while_idle(jail_root: Path) -> None:
     ids = range(SMALL, SMALL + 2)
     runner = Runner(temp_root=str(jail_root), import_paths=[TESTS_DIR], host_ids=ids)
     async with runner.pool("children:status", size=2) as pool:
-        with trio.fail_after(60):
-            while pool.idle_workers < 2:
-                await trio.sleep(0.02)
+        await wait_children(2, until=lambda: pool.idle_workers == 2)
         assert all(HostIds(ids)._held(i) for i in ids)
         with pytest.raises(RunnerError) as info:
             await runner.run("children:status")
@@ -276,10 +285,7 @@ result = [n, last]
                     results.append((await runner.run("children:run_code", drain)).response)
 
                 nursery.start_soon(one)
-                with trio.fail_after(30):
-                    while not child_pids():
-                        await trio.sleep(0.01)
-                jail, _ = await jail_ready(child_pids()[0], go=False)
+                jail, _ = await jail_ready((await wait_children(1))[0], go=False)
                 # The first jail holds all it may: another jail makes one timer.
                 results.append(await run_code(runner, TIMERS + "result = timer()"))
                 let_go(jail)
@@ -288,5 +294,6 @@ result = [n, last]
     finally:
         resource.setrlimit(resource.RLIMIT_SIGPENDING, (soft, hard))
     drained, other = results[1], results[0]
-    assert drained[1] == "EAGAIN" and 0 < drained[0] <= 256, drained
+    assert drained[1] == "EAGAIN"
+    assert 0 < drained[0] <= 256  # the quota was full
     assert other == "OK"

@@ -96,7 +96,7 @@ class HostIds:
         self.files = files or HostFiles()
         # Each process starts somewhere else in the range; then it goes round,
         # so a just-freed id is the last one it takes again.
-        self._next = random.randrange(len(ids))  # noqa: S311  not a secret
+        self._next = random.randrange(len(ids))
 
     def check(self) -> None:
         """Refuse a range something else on the host uses.
