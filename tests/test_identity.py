@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -24,7 +25,6 @@ from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-    from pathlib import Path
 
 root_only = pytest.mark.skipif(os.getuid() != 0, reason="a root caller's host ids (not root:"
                                " jails run as the caller, no range, no lock dir of root's)")
@@ -152,6 +152,28 @@ async def test_two_concurrent_runs_have_two_host_uids_and_one_rules_version(
 
 
 @root_only
+async def test_a_host_process_of_uid_65534_cannot_reach_a_jails_files(runner: Runner) -> None:
+    """Before: a root caller's jail was host uid 65534, so any host process of
+    that uid could open its files through /proc/PID/root (same uid: ptrace
+    access allowed)."""
+    from support import PRELUDE
+
+    code = PRELUDE + READY + 'open("secret", "w").write("the jail\'s"); ready({}); result = 1'
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(runner.run, "children:run_code", code)
+        jail, _ = await jail_ready((await wait_children(1))[0], go=False)
+        path = f"/proc/{jail}/root/home/trunner/secret"
+        assert Path(path).read_text() == "the jail's"  # root can
+        nobody = await trio.run_process(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", path],
+            capture_stdout=True, capture_stderr=True, check=False)
+        let_go(jail)
+    assert nobody.returncode != 0
+    assert nobody.stdout == b""
+    assert b"Permission denied" in nobody.stderr
+
+
+@root_only
 @pytest.mark.parametrize("where", ["passwd", "group", "subuid"])
 def test_the_range_is_refused_when_the_host_names_an_id_in_it(tmp_path: Path, jail_root: Path,
                                                                where: str) -> None:
@@ -245,55 +267,77 @@ async def test_a_pool_holds_its_ids_while_idle(jail_root: Path) -> None:
     assert (await runner.run("children:status")).response["pid"] == 2
 
 
-TIMERS = READY + """
+#: Per-uid kernel counters a jail can drain: (setup and `take()`, the error
+#: `take()` gives once the quota is full). `take()` returns "OK" or an errno name.
+COUNTERS = {
+    # Each POSIX timer preallocates a pending signal: RLIMIT_SIGPENDING,
+    # counted per host uid above the jail's user namespace.
+    "pending_signals": ("""
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
-def timer():
+def take():
     tid = ctypes.c_void_p()
     if libc.timer_create(1, None, ctypes.byref(tid)) == 0:  # CLOCK_MONOTONIC, SIGALRM
         return "OK"
     return errno.errorcode[ctypes.get_errno()]
-"""
+""", "EAGAIN"),
+    # Pipe buffer slots: fs.pipe-user-pages-soft (16384 pages) per host uid.
+    "pipe_pages": ("""
+import fcntl
+pipes = []
+def take():
+    pipes.append(os.pipe())
+    return attempt(lambda: fcntl.fcntl(pipes[-1][1], fcntl.F_SETPIPE_SZ, 1 << 20)).split(":")[0]
+""", "EPERM"),
+    # Descriptors in flight in unix sockets: RLIMIT_NOFILE per host uid.
+    "fds_in_flight": ("""
+import array, socket
+a, b = socket.socketpair()
+def take():
+    fds = array.array("i", [a.fileno()] * 253)
+    sent = attempt(lambda: a.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]))
+    return sent.split(":")[0]
+""", "ETOOMANYREFS"),
+}
 
 
 @root_only
-async def test_one_jail_draining_the_pending_signal_quota_leaves_another_its_own(
-    runner: Runner,
+@pytest.mark.parametrize("counter", sorted(COUNTERS))
+async def test_one_jail_draining_a_per_uid_counter_leaves_another_its_own(
+    runner: Runner, counter: str
 ) -> None:
-    """Before: with one host uid for every jail, the kernel's per-uid count of
-    pending signals (each POSIX timer preallocates one) was shared, so one
-    jail holding its quota made the other's `timer_create` fail EAGAIN. The
-    quota is RLIMIT_SIGPENDING, lowered here so the test holds it quickly."""
+    """Before: with one host uid for every jail, the kernel's per-uid counts
+    were shared, so one jail holding its quota made another's `timer_create`
+    fail EAGAIN, its `F_SETPIPE_SZ` EPERM and its `SCM_RIGHTS` ETOOMANYREFS.
+    RLIMIT_SIGPENDING is lowered here (the jails inherit it) so the first
+    jail fills its quota quickly."""
     from support import PRELUDE
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_SIGPENDING)
-    resource.setrlimit(resource.RLIMIT_SIGPENDING, (256, hard))
-    try:
-        drain = PRELUDE + TIMERS + """
+    setup, full = COUNTERS[counter]
+    drain = PRELUDE + READY + setup + """
 n = 0
-while (last := timer()) == "OK":
+while n < 100000 and (last := take()) == "OK":
     n += 1
 ready({})
 result = [n, last]
 """
-        results: list[Any] = []
+    results: list[Any] = []
 
-        async def drain_then_try() -> None:
-            async with trio.open_nursery() as nursery:
+    async def drain_one() -> None:
+        results.append((await runner.run("children:run_code", drain)).response)
 
-                async def one() -> None:
-                    results.append((await runner.run("children:run_code", drain)).response)
-
-                nursery.start_soon(one)
-                jail, _ = await jail_ready((await wait_children(1))[0], go=False)
-                # The first jail holds all it may: another jail makes one timer.
-                results.append(await run_code(runner, TIMERS + "result = timer()"))
-                let_go(jail)
-
-        await drain_then_try()
+    soft, hard = resource.getrlimit(resource.RLIMIT_SIGPENDING)
+    resource.setrlimit(resource.RLIMIT_SIGPENDING, (256, hard))
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain_one)
+            jail, _ = await jail_ready((await wait_children(1))[0], go=False)
+            # The first jail holds all it may: another jail takes one more.
+            results.append(await run_code(runner, setup + "result = take()"))
+            let_go(jail)
     finally:
         resource.setrlimit(resource.RLIMIT_SIGPENDING, (soft, hard))
-    drained, other = results[1], results[0]
-    assert drained[1] == "EAGAIN"
-    assert 0 < drained[0] <= 256  # the quota was full
+    other, (taken, last) = results
+    assert last == full  # the first jail's quota was full
+    assert 0 < taken < 100000
     assert other == "OK"
