@@ -138,7 +138,8 @@ class HostIds:
 
         Raises:
             RunnerError: `host_ids_exhausted` when concurrent runs hold every
-                id of the range; `sandbox_setup` if its lock cannot be made.
+                id of the range; `spawn_failed` out of descriptors;
+                `sandbox_setup` if its lock cannot be made otherwise.
         """
         count = len(self.ids)
         for step in range(count):
@@ -158,8 +159,10 @@ class HostIds:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as e:
-            raise RunnerError(Reason.SANDBOX_SETUP, f"host id lock {path}: {e.strerror}"
-                              f" (errno {e.errno})") from None
+            # Out of descriptors is the parent's state, as for any spawn.
+            out_of_fds = e.errno in (errno.EMFILE, errno.ENFILE)
+            raise RunnerError(Reason.SPAWN_FAILED if out_of_fds else Reason.SANDBOX_SETUP,
+                              f"host id lock {path}: {e.strerror} (errno {e.errno})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -6,8 +6,8 @@ apply, as a `HelperPlan`. `encode_plan` turns it into the single argv item
 the helper reads (hex of a marshal dict: marshal is built in and already
 loaded in the helper). The effective rules version hashes the same plan,
 with per-run values (jail dir, cgroup, parent pid, host uid and gid) and
-install locations
-replaced by placeholders: what is hashed is exactly what is enforced.
+install locations replaced by placeholders: what is hashed is exactly what
+is enforced.
 """
 
 from __future__ import annotations
