@@ -47,9 +47,10 @@ class PlanEditing(LinuxBackend):
     edit: Callable[[HelperPlan], HelperPlan] = staticmethod(lambda plan: plan)
 
     def _plan(
-        self, limits: Limits, jail_dir: str, cgroup_dir: str | None, memory_dir: str | None
+        self, limits: Limits, jail_dir: str, cgroup_dir: str | None, memory_dir: str | None,
+        host_id: int | None = None,
     ) -> HelperPlan:
-        return type(self).edit(super()._plan(limits, jail_dir, cgroup_dir, memory_dir))
+        return type(self).edit(super()._plan(limits, jail_dir, cgroup_dir, memory_dir, host_id))
 
 
 class ArgvEditing(LinuxBackend):
@@ -62,8 +63,8 @@ class ArgvEditing(LinuxBackend):
         argv = list(jail.command.argv)
         i = argv.index("helper") + 1
         argv[i] = type(self).item(argv[i])
-        return LinuxJail(dataclasses.replace(jail.command, argv=tuple(argv)), jail.cgroups,
-                         jail.memory_cgroup)
+        return dataclasses.replace(jail, command=dataclasses.replace(jail.command,
+                                                                     argv=tuple(argv)))
 
 
 def runner_on(jail_root: Path, backend: LinuxBackend) -> Runner:

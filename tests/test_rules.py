@@ -24,7 +24,7 @@ from trunner.rules import effective_rules_version
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids cgroup, no import paths).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "d72ea92c2a57518c89bfb9e38d716ef13eb561dee196cc4e6a98d76dd99eaf31"
+GOLDEN_DEFAULT = "141caa53a33378639014c9aac2cb53931d020db0f9111f301d54c47b2aec4448"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:
@@ -81,7 +81,8 @@ async def test_the_hashed_plan_is_the_plan_the_helper_gets(jail_root: Path) -> N
     import os
     import tempfile
 
-    from trunner.linux.plan import JAIL_DIR, WORKDIR
+    from trunner.linux.ids import DEFAULT_RANGE
+    from trunner.linux.plan import HOST_GID, HOST_UID, JAIL_DIR, JAIL_ID, WORKDIR
     from trunner.worker import locate_worker
 
     backend = LinuxBackend(locate_worker())
@@ -94,11 +95,19 @@ async def test_the_hashed_plan_is_the_plan_the_helper_gets(jail_root: Path) -> N
         await jail.release()
         os.rmdir(jail_dir)
     hashed = backend.rules_document(Limits())["plan"]
-    for key in ("rlimits", "unshare_flags", "seccomp_bpf", "unsafe_skip", "fail_at", "uid",
+    for key in ("rlimits", "unshare_flags", "seccomp_bpf", "unsafe_skip", "fail_at", "jail_id",
                 "scratch", "staging", "hostname", "workdir"):
         assert list(map(tuple, sent[key])) == list(map(tuple, hashed[key])) if key == "rlimits" \
             else sent[key] == hashed[key], key
     assert sent["process_limit"][::2] == hashed["process_limit"][::2]
+    # The run's host ids are per run (a root caller's) or the caller's: placeholders.
+    assert (hashed["uid"], hashed["gid"]) == (HOST_UID, HOST_GID)
+    assert sent["jail_id"] == JAIL_ID
+    if os.getuid() == 0:
+        assert sent["uid"] == sent["gid"]
+        assert sent["uid"] in DEFAULT_RANGE
+    else:
+        assert (sent["uid"], sent["gid"]) == (os.getuid(), os.getgid())
     abi, fs, net, scoped, paths, _ports = sent["landlock"]
     rules = hashed["landlock"]
     assert (abi, fs, net, scoped) == (rules.abi, rules.handled_fs, rules.handled_net, rules.scoped)

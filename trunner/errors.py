@@ -38,6 +38,12 @@ class Reason(enum.StrEnum):
     SANDBOX_SETUP = "sandbox_setup"
     PROCESS_COUNT = "process_count"
     PROCESS_LIMIT_UNAVAILABLE = "process_limit_unavailable"
+    #: A root caller's range of host ids is used by something else on the
+    #: host (a user, a group, a subordinate range, a process): `Runner()`.
+    HOST_IDS_IN_USE = "host_ids_in_use"
+    #: Every host id of the range is taken by a concurrent run (see
+    #: `trunner.linux.ids`): refused, never shared.
+    HOST_IDS_EXHAUSTED = "host_ids_exhausted"
     UNSUPPORTED_PLATFORM = "unsupported_platform"
     # After the child.
     CLEANUP_FAILED = "cleanup_failed"

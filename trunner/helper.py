@@ -102,8 +102,9 @@ def main(argv: "list[str]") -> "NoReturn":
             ("identity", _take_identity, plan["uid"], plan["gid"]),
             # 8. every namespace in one unshare (the new user namespace owns
             #    the others; the mounts of step 5 become locked in it), the
-            #    ids mapped to themselves.
-            ("namespaces", _unshare, plan["unshare_flags"], plan["uid"], plan["gid"]),
+            #    host ids mapped to the jail's one id (the same in every run).
+            ("namespaces", _unshare, plan["unshare_flags"], plan["uid"], plan["gid"],
+             plan["jail_id"]),
             # 9. the run's own process count: RLIMIT_NPROC counts per user
             #    namespace (5.14 on), so this one counts the run alone.
             ("jail_processes", _limit_jail_processes, plan["jail_nproc"]),
@@ -180,7 +181,7 @@ def _read_plan(argv: "list[str]") -> "tuple[dict[str, Any], list[str]]":
 
 
 _KEYS = ("env", "process_limit", "jail_nproc", "memory", "rlimits", "build_userns",
-         "unshare_flags", "uid", "gid",
+         "unshare_flags", "uid", "gid", "jail_id",
          "root_ops", "proc_ops", "scratch", "staging", "hostname", "workdir", "landlock",
          "parent_pid", "seccomp_bpf", "unsafe_skip", "fail_at")
 
@@ -379,10 +380,10 @@ def _take_identity(uid: int, gid: int) -> None:
                          f"the plan says {uid}/{gid}")
 
 
-def _unshare(flags: int, uid: int, gid: int) -> None:
+def _unshare(flags: int, uid: int, gid: int, inside: "int | None" = None) -> None:
     install = _install()
     install.unshare(flags)
-    install.map_ids(uid, gid)
+    install.map_ids(uid, gid, inside)
 
 
 def _enter_jail(proc_ops: "list[tuple[str, str]]", hostname: str, workdir: str) -> None:

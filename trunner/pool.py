@@ -5,6 +5,8 @@ Nothing of the contract is relaxed: a pooled worker is an ordinary jailed
 child that has not been given its request yet. It serves exactly one
 invocation in its own process group and jail dir; the wall-clock deadline
 starts when its request is written; the caps and the verdict are the same.
+As root, an idle worker holds its jail's host id (`trunner.linux.ids`) until
+it has served or is ended: a pool of `size` keeps `size` ids taken.
 """
 
 from __future__ import annotations

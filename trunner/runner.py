@@ -57,11 +57,17 @@ class Runner:
         provider: configure the provider profile (`ports`, `hosts`,
             `read_only`; see `trunner.profile.ProviderConfig`) instead of the
             default no-network profile. Checked here, before any spawn.
+        host_ids: as root, the host ids (uid == gid) the jails run as, one
+            per concurrent run (default `trunner.linux.ids.DEFAULT_RANGE`:
+            1024 ids from 0x7A000000). Checked here against the host's
+            users, groups and processes. Not root, jails run as the caller.
 
     Raises:
         RunnerError: `unsupported_platform`, `worker_not_found`,
             `sandbox_setup` or `process_limit_unavailable` when this host
-            cannot run jailed; never falls back to running unjailed.
+            cannot run jailed; `host_ids_in_use` when something else on the
+            host uses an id of `host_ids`; never falls back to running
+            unjailed.
     """
 
     def __init__(
@@ -73,14 +79,15 @@ class Runner:
         worker: str | None = None,
         provider: Mapping[str, Any] | None = None,
         backend: JailBackend | None = None,
+        host_ids: range | None = None,
     ) -> None:
         self.limits = limits if limits is not None else Limits()
         if not isinstance(self.limits, Limits):
             raise TypeError("limits must be a trunner.Limits")
         self.temp_root = temp_root
         if backend is not None:
-            if import_paths or worker is not None or provider is not None:
-                raise ValueError("pass import_paths, worker and provider to the backend")
+            if import_paths or worker is not None or provider is not None or host_ids is not None:
+                raise ValueError("pass import_paths, worker, provider and host_ids to the backend")
             self._backend = backend
             self.worker = backend.worker
             self.import_paths = tuple(backend.import_paths)
@@ -95,6 +102,8 @@ class Runner:
                 from trunner.profile import provider_profile
 
                 options["profile"] = provider_profile(provider)
+            if host_ids is not None:
+                options["host_ids"] = host_ids
             self._backend = platform_backend(self.worker, **options)
         self._backend.check()
         self._versions: dict[Limits, str] = {}

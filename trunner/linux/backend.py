@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, HostSupport, ProcessLimit
 from trunner.linux import cgroup, install, kmsg, landlock, seccomp, watchdog
+from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds, IdLease
 from trunner.linux.plan import (
-    NOBODY,
     HelperPlan,
     encode_plan,
     environment,
@@ -170,7 +170,9 @@ def host_layers(host: HostSupport, landlock_abi: int | None = None) -> dict[str,
         },
         "identity": {
             "holds": True,
-            "detail": ("a root caller's jails run as host uid/gid 65534 (LinuxBackend jail_ids)"
+            "detail": ("a root caller's jails each run as their own host uid/gid, taken from"
+                       f" {DEFAULT_RANGE.start}..{DEFAULT_RANGE.stop - 1} by default"
+                       " (Runner(host_ids=)) and released when the run ends"
                        if host.is_root else f"jails run as the caller, uid {host.uid}"),
         },
         # Not a layer of the default jail: whether the provider profile (host
@@ -201,16 +203,22 @@ def helper_launch(worker: str) -> tuple[str, ...]:
 
 @dataclass
 class LinuxJail:
-    """One invocation's jail on Linux: its command and its cgroups (as
-    root: pids, and memory where the host has it)."""
+    """One invocation's jail on Linux: its command, its cgroups (as root:
+    pids, and memory where the host has it) and its host id (as root)."""
 
     command: Command
     cgroups: tuple[str, ...] = ()
     memory_cgroup: str | None = None
+    host_id: IdLease | None = None
 
     async def release(self) -> None:
-        for path in self.cgroups:
-            await cgroup.remove(path)
+        try:
+            for path in self.cgroups:
+                await cgroup.remove(path)
+        finally:
+            # The group is dead and reaped: the id is free for another run.
+            if self.host_id is not None:
+                self.host_id.release()
 
     def oom_kills(self) -> int:
         return cgroup.oom_kills(self.memory_cgroup) if self.memory_cgroup else 0
@@ -230,8 +238,12 @@ class LinuxBackend:
         fail_at: test hook: the helper refuses at this step.
         unsafe_skip: benchmark hook: layers the helper leaves out. Named in
             the plan and in the rules version; never set by `Runner`.
-        jail_ids: the host uid and gid a root caller's jails run as (never
-            0); a caller that is not root runs its jails as itself.
+        host_ids: the host ids (uid == gid) a root caller's jails run as,
+            one per concurrent run (`trunner.linux.ids`); checked against
+            the host at `check()`. A caller that is not root runs its jails
+            as itself.
+        host_files: test hook: where the host's users, groups, processes
+            and id locks are read.
     """
 
     worker: str
@@ -240,13 +252,13 @@ class LinuxBackend:
     landlock_abi: int | None = None
     fail_at: str = ""
     unsafe_skip: tuple[str, ...] = ()
-    jail_ids: tuple[int, int] = NOBODY
+    host_ids: range = DEFAULT_RANGE
+    host_files: HostFiles = field(default_factory=HostFiles)
     _versions: dict[Limits, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _ids_checked: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
-        uid, gid = self.jail_ids
-        if not (0 < uid < 2**32 - 1 and 0 < gid < 2**32 - 1):
-            raise ValueError(f"jail_ids {self.jail_ids}: a jail never runs as host uid or gid 0")
+        self._ids = HostIds(self.host_ids, self.host_files)  # ValueError for a bad range
 
     def probe(self) -> HostSupport:
         return probe_host()
@@ -271,6 +283,9 @@ class LinuxBackend:
             refusal = landlock.host_network_refusal(abi)
             if refusal is not None:
                 raise RunnerError(Reason.SANDBOX_SETUP, f"{self.profile.name} profile: {refusal}")
+        if host.is_root and not self._ids_checked:
+            self._ids.check()  # once: it reads every process's ids
+            self._ids_checked = True
 
     def abi(self) -> int:
         """The Landlock ABI in force: the kernel's, or `landlock_abi` if given
@@ -279,14 +294,15 @@ class LinuxBackend:
         return min(abi, landlock.KNOWN_ABI)
 
     def _plan(
-        self, limits: Limits, jail_dir: str, cgroup_dir: str | None, memory_dir: str | None
+        self, limits: Limits, jail_dir: str, cgroup_dir: str | None, memory_dir: str | None,
+        host_id: int | None = None,
     ) -> HelperPlan:
         return plan_jail(
             limits, self.probe(), self.profile, jail_dir,
             import_paths=self.import_paths, cgroup=cgroup_dir, memory_cgroup=memory_dir,
             parent_pid=os.getpid(),
             landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip, fail_at=self.fail_at,
-            jail_ids=self.jail_ids,
+            host_id=host_id,
         )
 
     def open_jail(
@@ -306,25 +322,32 @@ class LinuxBackend:
         assert limit is not None  # check() refused otherwise
         paths: list[str] = []
         pids_dir = memory_dir = None
-        if limit.kind == "pids_cgroup":
-            bases = [(limit.cgroup_base, "pids")]
-            if host.memory_cgroup_base:
-                bases.append((host.memory_cgroup_base, "memory"))
-            # Listed with the watchdog before they exist.
-            paths = cgroup.make(bases, lambda joined: watchdog.hold(joined, jail_dir))
-            pids_dir = paths[0]
-            memory_dir = paths[-1] if host.memory_cgroup_base else None
+        # As root, the run's own host id, held until `LinuxJail.release`.
+        lease = self._ids.acquire() if host.is_root else None
         try:
-            plan = self._plan(limits, jail_dir, pids_dir, memory_dir)
+            if limit.kind == "pids_cgroup":
+                bases = [(limit.cgroup_base, "pids")]
+                if host.memory_cgroup_base:
+                    bases.append((host.memory_cgroup_base, "memory"))
+                # Listed with the watchdog before they exist.
+                paths = cgroup.make(bases, lambda joined: watchdog.hold(joined, jail_dir))
+                pids_dir = paths[0]
+                memory_dir = paths[-1] if host.memory_cgroup_base else None
+            plan = self._plan(limits, jail_dir, pids_dir, memory_dir,
+                              None if lease is None else lease.id)
             env = environment(jail_dir, self.profile.environment, self.import_paths)
         except BaseException:
-            for path in paths:
-                os.rmdir(path)
+            try:
+                for path in paths:
+                    os.rmdir(path)
+            finally:
+                if lease is not None:
+                    lease.release()
             raise
         argv = (*launch, "helper", encode_plan(plan), "{report_fd}", "--", *adapter_argv)
         command = Command(argv=argv, env=env, cwd=jail_dir, cgroup="\n".join(paths) or None,
                           jail_dir=jail_dir)
-        return LinuxJail(command, tuple(paths), memory_dir)
+        return LinuxJail(command, tuple(paths), memory_dir, lease)
 
     def rules_document(self, limits: Limits) -> dict[str, Any]:
         doc = self._versions.get(limits)

@@ -81,12 +81,13 @@ def _path(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def map_ids(uid: int, gid: int) -> None:
-    """Map the real ids to themselves in a new user namespace; setgroups
-    must be denied before gid_map can be written."""
+def map_ids(uid: int, gid: int, inside: "int | None" = None) -> None:
+    """Map the real ids, in a new user namespace, to `inside` (uid and gid
+    alike), or to themselves; setgroups must be denied before gid_map can
+    be written."""
     write_file("/proc/self/setgroups", b"deny")
-    write_file("/proc/self/uid_map", b"%d %d 1" % (uid, uid))
-    write_file("/proc/self/gid_map", b"%d %d 1" % (gid, gid))
+    write_file("/proc/self/uid_map", b"%d %d 1" % (uid if inside is None else inside, uid))
+    write_file("/proc/self/gid_map", b"%d %d 1" % (gid if inside is None else inside, gid))
 
 
 def drop_capabilities(last_cap: int) -> None:

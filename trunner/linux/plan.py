@@ -5,8 +5,9 @@ per-run values it resolves every number, path and BPF byte the helper will
 apply, as a `HelperPlan`. `encode_plan` turns it into the single argv item
 the helper reads (hex of a marshal dict: marshal is built in and already
 loaded in the helper). The effective rules version hashes the same plan,
-with per-run values (jail dir, cgroup, parent pid) and install locations
-replaced by placeholders: what is hashed is exactly what is enforced.
+with per-run values (jail dir, cgroup, parent pid, host uid and gid) and
+install locations replaced by placeholders: what is hashed is exactly what
+is enforced.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import msgspec
 
 from trunner.helper import PLAN_VERSION, SKIPPABLE
 from trunner.linux import landlock, seccomp
+from trunner.linux.ids import DEFAULT_RANGE
 from trunner.profile import PYTHON_PATHS, TRUNNER_PATH, JailProfile
 
 if TYPE_CHECKING:
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
 JAIL_DIR: Final = "@jail"
 CGROUP: Final = "@cgroup"
 MEMORY_CGROUP: Final = "@memory_cgroup"
+#: The run's host uid and gid: a root caller's is per run (`ids.HostIds`),
+#: anyone else's the caller's; neither is part of the rules.
+HOST_UID: Final = "@uid"
+HOST_GID: Final = "@gid"
 
 _CLONE_NEWNS: Final = 0x00020000
 _CLONE_NEWCGROUP: Final = 0x02000000
@@ -88,8 +94,10 @@ _BUILT: Final = ("/dev", "/etc", "/proc", "/tmp", WORKDIR)
 _WRITABLE: Final = 1  # mounts.WRITABLE
 _DEVICE: Final = 2  # mounts.DEVICE
 
-#: The host uid and gid a root caller's jails run as, by default.
-NOBODY: Final = (65534, 65534)
+#: The uid and gid every jail has inside its user namespace, whatever its
+#: host ids: one value in every run (`trunner` in the jail's /etc/passwd).
+#: Not 65534: that is the overflow id host files of unmapped users show as.
+JAIL_ID: Final = 1000
 #: Processes of every run that are trunner's own: the helper (waiting
 #: outside the PID namespace) and the jail's pid 1 (its reaper).
 TRUNNER_PROCESSES: Final = 2
@@ -118,10 +126,12 @@ class HelperPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     #: Not root: a user namespace of the caller's own to build the root in.
     build_userns: bool
     unshare_flags: int
-    #: The host ids the jail runs as (and sees itself as, mapped to
-    #: themselves): a root caller's `jail_ids`, anyone else's own.
+    #: The host ids the jail runs as: a root caller's per-run id
+    #: (`ids.HostIds`, uid == gid), anyone else's own.
     uid: int
     gid: int
+    #: The one uid and gid the jail's user namespace maps them to (`JAIL_ID`).
+    jail_id: int
     #: The jail's root, built by `trunner.linux.mounts.build_root`:
     #: (operation, source or content, path inside, mode or flags).
     root_ops: tuple[RootOp, ...]
@@ -208,19 +218,15 @@ def _is_built(path: str) -> bool:
     return path in _BUILT or path.startswith(("/dev/", "/proc/"))
 
 
-def _identity(uid: int, gid: int) -> tuple[str, str]:
+def _identity() -> tuple[str, str]:
     """/etc/passwd and /etc/group of the jail: its own user (`trunner`,
-    whatever its uid) and nobody."""
-    passwd = f"trunner:x:{uid}:{gid}:trunner:{WORKDIR}:/bin/sh\n"
-    groups = f"trunner:x:{gid}:\n"
-    if uid != 65534:
-        passwd += "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-    if gid != 65534:
-        groups += "nogroup:x:65534:\n"
-    return passwd, groups
+    `JAIL_ID` whatever its host uid, so the same in every run) and nobody."""
+    passwd = (f"trunner:x:{JAIL_ID}:{JAIL_ID}:trunner:{WORKDIR}:/bin/sh\n"
+              "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+    return passwd, f"trunner:x:{JAIL_ID}:\nnogroup:x:65534:\n"
 
 
-def root_ops(binds: Sequence[str], uid: int, gid: int) -> tuple[RootOp, ...]:
+def root_ops(binds: Sequence[str]) -> tuple[RootOp, ...]:
     """The operations that build the jail's root: scratch dirs first (binds
     may land inside /tmp), then read-only binds of `binds` (host paths; a
     symlink such as /bin -> usr/bin is recreated, its target bound), the
@@ -247,7 +253,7 @@ def root_ops(binds: Sequence[str], uid: int, gid: int) -> tuple[RootOp, ...]:
             ops.append(("symlink", os.readlink(path), path, 0))
         elif os.path.exists(path):
             ops.append(("bind", path, path, 0))
-    passwd, group = _identity(uid, gid)
+    passwd, group = _identity()
     ops += [
         ("file", passwd, "/etc/passwd", 0o644),
         ("file", group, "/etc/group", 0o644),
@@ -281,11 +287,13 @@ def plan_jail(
     landlock_abi: int | None = None,
     unsafe_skip: Sequence[str] = (),
     fail_at: str = "",
-    jail_ids: tuple[int, int] = NOBODY,
+    host_id: int | None = None,
 ) -> HelperPlan:
     """The helper plan for one run. `cgroup` is the run's pids cgroup when
-    the host's process limit is a cgroup; `jail_ids` the host uid and gid a
-    root caller's jail runs as (anyone else's runs as its caller).
+    the host's process limit is a cgroup; `host_id` the host uid and gid a
+    root caller's jail runs as (anyone else's runs as its caller); None
+    plans with the first of `ids.DEFAULT_RANGE` (the rules version hashes
+    a placeholder for it).
 
     Raises:
         ValueError: the host has no process-limit mechanism, a namespace or
@@ -295,7 +303,10 @@ def plan_jail(
     limit = host.process_limit
     if limit is None:
         raise ValueError("no process-limit mechanism on this host")
-    uid, gid = jail_ids if host.is_root else (host.uid, host.gid)
+    if host.is_root:
+        uid = gid = DEFAULT_RANGE.start if host_id is None else host_id
+    else:
+        uid, gid = host.uid, host.gid
     if uid == 0 or gid == 0:
         raise ValueError("a jail never runs as host uid or gid 0")
     # The helper and the jail's pid 1 are trunner's, not the run's.
@@ -351,7 +362,8 @@ def plan_jail(
         unshare_flags=flags,
         uid=uid,
         gid=gid,
-        root_ops=root_ops(binds, uid, gid),
+        jail_id=JAIL_ID,
+        root_ops=root_ops(binds),
         proc_ops=PROC_OPS,
         scratch=(limits.scratch_bytes, max(1024, limits.scratch_bytes // 4096)),
         staging=STAGING,
@@ -374,9 +386,10 @@ def encode_plan(plan: HelperPlan) -> str:
 
 
 def hashed_plan(plan: HelperPlan, env: Mapping[str, str], jail_dir: str) -> dict[str, Any]:
-    """The plan and environment as hashed: per-run values and install
-    locations replaced by placeholders (so any clone of the same rules has
-    the same version)."""
+    """The plan and environment as hashed: per-run values (jail dir,
+    cgroups, parent pid, host uid and gid) and install locations replaced
+    by placeholders (so any clone of the same rules, and any two concurrent
+    runs, have the same version)."""
     names = {jail_dir: JAIL_DIR, trunner_dir(): TRUNNER_PATH}
     names.update((path, PYTHON_PATHS) for path in python_paths())
 
@@ -404,5 +417,6 @@ def hashed_plan(plan: HelperPlan, env: Mapping[str, str], jail_dir: str) -> dict
     if plan.memory[0] == "memory_cgroup":
         data["memory"] = ("memory_cgroup", MEMORY_CGROUP, plan.memory[2])
     data["parent_pid"] = 0
+    data["uid"], data["gid"] = HOST_UID, HOST_GID
     data["env"] = {key: name(value) for key, value in env.items()}
     return data
