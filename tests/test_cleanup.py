@@ -263,7 +263,7 @@ def immutable(jail_root: Path, tmp_path: Path) -> Iterator[list[Path]]:
     finally:
         for path in made:
             subprocess.run(["chattr", "-i", str(path)], check=True)
-            shutil.rmtree(path.parent)
+            shutil.rmtree(path.parent.parent)  # the owner dir the jail dir kept
 
 
 async def _make_stuck(jail_root: Path, made: list[Path]) -> None:
@@ -273,7 +273,8 @@ async def _make_stuck(jail_root: Path, made: list[Path]) -> None:
         while not (found := [p for p in jailed_under(str(jail_root))  # noqa: ASYNC110
                              if os.path.exists(f"/proc/{p}/cwd/stuck")]):
             await trio.sleep(0.005)
-    [jail_dir] = jail_root.iterdir()
+    [owner_dir] = jail_root.iterdir()
+    [jail_dir] = owner_dir.iterdir()
     stuck = jail_dir / "stuck"
     stuck.touch()
     await trio.run_process(["chattr", "+i", str(stuck)])  # check=True is its default
