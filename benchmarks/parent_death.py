@@ -5,8 +5,9 @@
 
 Each round starts a separate Python parent doing `--runs` invocations at
 once (each forks two grandchildren and sleeps), waits until every jailed
-process is up (seccomp installed), SIGKILLs the parent (with `--kill-children`, all its direct children too,
-at once, as Ray does to a worker's), then polls every
+process is up (seccomp installed), SIGKILLs the parent (with
+`--kill-children`, all its direct children too, at once, as Ray does to a
+worker's), then polls every
 millisecond: when the parent is reaped, when each jailed process has died
 (a zombie counts as dead) and when it is reaped, when the watchdog exits,
 and when the parent's cgroups and jail dirs are gone. Times are ms after the
