@@ -247,7 +247,9 @@ def _left_by(parent: subprocess.Popen[bytes], root: Path, seen: list[int]) -> li
     """What of `parent`'s runs is still on the host ([] = nothing)."""
     left = [f"process {p}" for p in {*seen, *_jailed_under(root)} if is_alive(p)]
     left += [f"cgroup {c}" for c in _cgroups_of(parent.pid)]
-    return left + [f"dir {d.relative_to(root)}" for d in root.rglob("*")]
+    # os.walk, not rglob: it skips what goes while it lists (the watchdog removes it).
+    return left + [f"dir {os.path.relpath(os.path.join(top, name), root)}"
+                   for top, dirs, files in os.walk(root) for name in dirs + files]
 
 
 async def _ends_clean(parent: subprocess.Popen[bytes], root: Path, seen: list[int]) -> float:
