@@ -105,7 +105,8 @@ def _watchdogs(parent_pid: int, jailed: list[int]) -> list[int]:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if any(a.endswith(b"watchdog.py") for a in argv) and str(parent_pid).encode() in argv:
+        owner = f"{parent_pid}-".encode()  # its argv ends with the owner id: PID-START-PIDNS
+        if any(a.endswith(b"watchdog.py") for a in argv) and argv[-2].startswith(owner):
             found.append(int(entry))
     return found
 
