@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Parent death: how long a SIGKILLed parent's jailed work outlives it.
 
-    python benchmarks/parent_death.py [-r 5] [--runs 6] [--subreaper] [--json]
+    python benchmarks/parent_death.py [-r 5] [--runs 6] [--subreaper] [--kill-children] [--json]
 
 Each round starts a separate Python parent doing `--runs` invocations at
 once (each forks two grandchildren and sleeps), waits until every jailed
-process is up (seccomp installed), SIGKILLs the parent, then polls every
+process is up (seccomp installed), SIGKILLs the parent (with
+`--kill-children`, all its direct children too, at once, as Ray does to a
+worker's), then polls every
 millisecond: when the parent is reaped, when each jailed process has died
 (a zombie counts as dead) and when it is reaped, when the watchdog exits,
 and when the parent's cgroups and jail dirs are gone. Times are ms after the
@@ -66,15 +68,10 @@ def _state(pid: int) -> str | None:
 
 
 def _jailed(root: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.readlink(f"/proc/{entry}/cwd").startswith(root + os.sep):
-                    pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
+    sys.path.insert(0, TESTS_DIR)
+    from support import jailed_under
+
+    return jailed_under(root)
 
 
 def _filtered(pid: int) -> bool:
@@ -98,13 +95,30 @@ def _children_of(ppid: int) -> list[int]:
     return found
 
 
-def _cgroups(parent_pid: int) -> list[str]:
-    from trunner.linux.backend import CGROUP_DIR_NAME, probe_host
+def _watchdogs(parent_pid: int, jailed: list[int]) -> list[int]:
+    """The parent's watchdog: a child that is not jailed, or (not a child)
+    a watchdog.py naming the parent as its owner."""
+    found = [p for p in _children_of(parent_pid) if p not in jailed]
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        owner = f"{parent_pid}-".encode()  # its argv ends with the owner id: PID-START-PIDNS
+        if any(a.endswith(b"watchdog.py") for a in argv) and argv[-2].startswith(owner):
+            found.append(int(entry))
+    return found
 
-    mech = probe_host().process_limit or ""
-    if not mech.startswith("pids_cgroup:"):
+
+def _cgroups(parent_pid: int) -> list[str]:
+    from trunner.linux import cgroup
+    from trunner.linux.backend import probe_host
+
+    limit = probe_host().process_limit
+    if limit is None or limit.kind != "pids_cgroup":
         return []
-    base = os.path.join(mech.split(":", 1)[1], CGROUP_DIR_NAME)
+    base = os.path.join(limit.cgroup_base, cgroup.DIR_NAME)
     try:
         return [n for n in os.listdir(base) if n.startswith(f"{parent_pid}-")]
     except FileNotFoundError:
@@ -135,7 +149,7 @@ def plain_orphan_ms(subreaper: bool) -> float:
     return (time.monotonic() - t0) * 1000
 
 
-def one_round(runs: int, subreaper: bool) -> dict[str, Any]:
+def one_round(runs: int, subreaper: bool, kill_children: bool) -> dict[str, Any]:
     root = tempfile.mkdtemp(prefix="parent-death-")
     script = PARENT.format(tests=TESTS_DIR, root=root, runs=runs)
     parent = subprocess.Popen([sys.executable, "-c", script])
@@ -148,9 +162,13 @@ def one_round(runs: int, subreaper: bool) -> dict[str, Any]:
             if time.monotonic() > deadline or parent.poll() is not None:
                 raise RuntimeError("the parent did not start its runs")
             time.sleep(0.01)
-        watchdogs = [p for p in _children_of(parent.pid) if p not in jailed]
+        watchdogs = _watchdogs(parent.pid, jailed)
+        children = _children_of(parent.pid) if kill_children else []
         t0 = time.monotonic()
         parent.send_signal(signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         marks: dict[str, float] = {}
         dead: dict[int, float] = {}
         reaped: dict[int, float] = {}
@@ -199,13 +217,15 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=6, help="invocations in flight per parent")
     ap.add_argument("--subreaper", action="store_true",
                     help="be the dead parent's reaping ancestor (PR_SET_CHILD_SUBREAPER)")
+    ap.add_argument("--kill-children", action="store_true",
+                    help="SIGKILL the parent's direct children with it (as Ray does)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.subreaper:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
-    rounds = [one_round(args.runs, args.subreaper) for _ in range(args.rounds)]
+    rounds = [one_round(args.runs, args.subreaper, args.kill_children) for _ in range(args.rounds)]
     summary = {}
     for key in KEYS:
         values = [r[key] for r in rounds if key in r]
@@ -218,6 +238,7 @@ def main() -> int:
         print(json.dumps({"rounds": rounds, "summary": summary}))
         return 0
     how = "this harness as subreaper" if args.subreaper else "reaped by PID 1"
+    how += ", its direct children killed with it" if args.kill_children else ""
     print(f"{args.rounds} rounds, {args.runs} runs in flight, {how}; ms after SIGKILL")
     print(f"{'':>12} {'median':>8} {'max':>8}  missed")
     for key, s in summary.items():

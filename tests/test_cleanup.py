@@ -263,7 +263,7 @@ def immutable(jail_root: Path, tmp_path: Path) -> Iterator[list[Path]]:
     finally:
         for path in made:
             subprocess.run(["chattr", "-i", str(path)], check=True)
-            shutil.rmtree(path.parent)
+            shutil.rmtree(path.parent.parent)  # the owner dir the jail dir kept
 
 
 async def _make_stuck(jail_root: Path, made: list[Path]) -> None:
@@ -273,7 +273,8 @@ async def _make_stuck(jail_root: Path, made: list[Path]) -> None:
         while not (found := [p for p in jailed_under(str(jail_root))  # noqa: ASYNC110
                              if os.path.exists(f"/proc/{p}/cwd/stuck")]):
             await trio.sleep(0.005)
-    [jail_dir] = jail_root.iterdir()
+    [owner_dir] = jail_root.iterdir()
+    [jail_dir] = owner_dir.iterdir()
     stuck = jail_dir / "stuck"
     stuck.touch()
     await trio.run_process(["chattr", "+i", str(stuck)])  # check=True is its default
@@ -366,6 +367,46 @@ async def test_the_watchdog_kills_listed_groups_and_removes_their_dirs(tmp_path:
         remove_tree(str(dirs["forgotten"]))
     assert not is_alive(live.pid)
     assert not group_alive(live.pid)
+
+
+async def test_the_watchdog_ends_at_its_owners_death_with_its_pipe_still_open(
+    tmp_path: Path,
+) -> None:
+    """The watchdog told its owner (here a `sleep` process's owner id) ends
+    when the owner dies, though its pipe's write end stays open (as in a
+    child the owner forked): it kills the listed group and removes its dir
+    and the owner dir. Before, only EOF ended it."""
+    owner_proc = subprocess.Popen(["sleep", "1000"])  # noqa: ASYNC220  killed, not awaited
+    fields = Path(f"/proc/{owner_proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    owner = f"{owner_proc.pid}-{fields[19]}-{os.stat('/proc/self/ns/pid').st_ino}"
+    owner_dir = tmp_path / f"trunner-{owner}-0badc0de"
+    jail_dir = owner_dir / "0123456789abcdef"
+    jail_dir.mkdir(parents=True)
+    live = _sleeping_group()
+    read, write = os.pipe()
+    proc = subprocess.Popen(  # noqa: ASYNC220  a plain Popen, polled
+        [sys.executable, "-I", "-S", watchdog.__file__, owner], stdin=read, env={}, cwd="/")
+    os.close(read)
+    try:
+        os.write(write, b"".join([
+            watchdog._record("=", 0, "", str(owner_dir)),
+            watchdog._record("=", 0, "", str(jail_dir)),
+            watchdog._record("+", live.pid, "", str(jail_dir)),
+        ]))
+        owner_proc.kill()
+        owner_proc.wait()
+        with trio.fail_after(30):  # a hung watchdog, not a speed bound
+            while proc.poll() is None:  # noqa: ASYNC110  a plain Popen: nothing to await
+                await trio.sleep(0.005)
+        assert proc.returncode == 0
+        assert live.wait(timeout=5) == -signal.SIGKILL
+        assert not owner_dir.exists()
+    finally:
+        os.close(write)
+        for p in (live, proc, owner_proc):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
 
 
 def test_the_watchdog_script_imports_only_the_stdlib_and_cleanup() -> None:

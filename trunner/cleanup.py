@@ -1,18 +1,41 @@
 """A jail dir's life on the host: made, listed with the watchdog, removed
-whatever the child left in it.
+whatever the child left in it; and the leftovers of a dead owner swept.
 
 `remove_tree` is iterative and fd-relative: any depth, a few fds, never a
 symlink followed, modes the child took away given back. The watchdog process
 runs it too, so this module imports only the standard library at its top.
 The runner calls `make_jail_dir` and `remove_jail_dir` (off the event loop,
 shielded).
+
+Every jail dir lives in its owner's dir, `TEMP/trunner-OWNER-RAND/`, and
+every run cgroup is named `OWNER-HEX`, where OWNER (`owner_id`) is the
+owning process's pid, its start time and its PID namespace: whoever finds
+them can tell whether their owner still lives, even after its pid was
+reused. The owner dir exists while the owner has jail dirs (it is removed
+with its last one), is listed with the watchdog like them, and takes a
+random suffix so that another local user cannot make it first. `sweep`
+removes what dead owners of this uid left (a `Runner` calls it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import tempfile
+import threading
+import time
+
+TYPE_CHECKING = False  # not from typing: the watchdog script would pay for it
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from trunner.jail import HostSupport
+
+#: An owner dir's name is this, the owner id, "-" and 8 random hex digits.
+OWNER_DIR_PREFIX = "trunner-"
+#: How long `sweep` retries a dead owner's cgroup that still holds processes.
+SWEEP_CGROUP_S = 1.0
 
 #: A directory to list and unlink in; O_NOFOLLOW: a symlink is never entered.
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -122,19 +145,131 @@ def _identity(fd: int) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
+# -- owners --------------------------------------------------------------------
+
+_owner: str | None = None
+
+
+def owner_id() -> str:
+    """This process as the owner of jail dirs and cgroups: `PID-START-PIDNS`
+    (its start time in clock ticks after boot, its PID namespace's inode)."""
+    global _owner
+    if _owner is None:
+        pid = os.getpid()
+        start = _proc_stat(pid)
+        if start is None:
+            raise OSError(f"cannot read /proc/{pid}/stat")
+        _owner = f"{pid}-{start[1]}-{os.stat('/proc/self/ns/pid').st_ino}"
+    return _owner
+
+
+def parse_owner(text: str) -> tuple[int, int, int] | None:
+    """(pid, start time, PID namespace inode) from an owner id; None if
+    `text` is not one."""
+    parts = text.split("-")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    pid, start, ns = (int(p) for p in parts)
+    return pid, start, ns
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and start time; None if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode(), int(fields[19])
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the owner `owner` names may still live: True unless its pid
+    is gone, a zombie, or another process's (another start time). An owner
+    of another PID namespace cannot be checked: it counts as alive."""
+    parsed = parse_owner(owner)
+    if parsed is None:
+        return True
+    pid, start, ns = parsed
+    try:
+        if ns != os.stat("/proc/self/ns/pid").st_ino:
+            return True
+    except OSError:
+        return True
+    stat = _proc_stat(pid)
+    return stat is not None and stat[1] == start and stat[0] not in ("Z", "X")
+
+
+def _owner_of_dir(name: str) -> str | None:
+    """The owner id in an owner dir's name, or None if `name` is not one."""
+    if not name.startswith(OWNER_DIR_PREFIX):
+        return None
+    owner, _, suffix = name[len(OWNER_DIR_PREFIX):].rpartition("-")
+    if len(suffix) != 8 or parse_owner(owner) is None:
+        return None
+    return owner
+
+
+def _owner_of_cgroup(name: str) -> str | None:
+    owner, _, suffix = name.rpartition("-")
+    return owner if len(suffix) == 32 and parse_owner(owner) is not None else None
+
+
+# -- jail dirs -------------------------------------------------------------------
+
+_lock = threading.Lock()
+#: This process's owner dir in each temp root.
+_owner_dirs: dict[str, str] = {}
+#: How many jail dirs each owner dir holds.
+_counts: dict[str, int] = {}
+
+
+def _forget_at_fork() -> None:
+    # A forked child is another owner: the parent's dirs are not its own.
+    global _owner, _lock
+    _owner, _lock = None, threading.Lock()
+    _owner_dirs.clear()
+    _counts.clear()
+
+
+os.register_at_fork(after_in_child=_forget_at_fork)
+
+
 def make_jail_dir(temp_root: str | None) -> str:
-    """A fresh 0700 jail dir under `temp_root` (default: the system temp
-    dir), listed with the watchdog before it exists: a parent dying at any
-    moment after this call leaves it to the watchdog.
+    """A fresh 0700 jail dir in this process's owner dir under `temp_root`
+    (default: the system temp dir), listed with the watchdog before it
+    exists: a parent dying at any moment after this call leaves it to the
+    watchdog.
 
     Raises:
         OSError: the dir cannot be made, or the watchdog cannot be told.
     """
+    root = os.path.abspath(tempfile.gettempdir() if temp_root is None else temp_root)
+    for attempt in (1, 2):
+        with _lock:
+            owner_dir = _owner_dirs.get(root)
+            if owner_dir is None:
+                owner_dir = _make_dir(root, f"{OWNER_DIR_PREFIX}{owner_id()}-", 4)
+                _owner_dirs[root], _counts[owner_dir] = owner_dir, 0
+            _counts[owner_dir] += 1
+        try:
+            return _make_dir(owner_dir, "", 8)
+        except FileNotFoundError:
+            # The owner dir was removed under us (a temp cleaner): a new one.
+            _release(owner_dir, vanished=True)
+            if attempt == 2:
+                raise
+        except BaseException:
+            _release(owner_dir)
+            raise
+    raise AssertionError("unreachable")
+
+
+def _make_dir(parent: str, prefix: str, random_bytes: int) -> str:
     from trunner.linux import watchdog
 
-    root = os.path.abspath(tempfile.gettempdir() if temp_root is None else temp_root)
     while True:
-        path = os.path.join(root, f"trunner-{os.urandom(8).hex()}")
+        path = os.path.join(parent, f"{prefix}{os.urandom(random_bytes).hex()}")
         watchdog.hold(None, path)
         try:
             os.mkdir(path, 0o700)
@@ -144,6 +279,28 @@ def make_jail_dir(temp_root: str | None) -> str:
         except BaseException:
             watchdog.forget(path)
             raise
+
+
+def _release(owner_dir: str, vanished: bool = False) -> None:
+    """One jail dir fewer in `owner_dir`: the last one removes it. A
+    `vanished` one is no longer used, whatever it holds."""
+    from trunner.linux import watchdog
+
+    with _lock:
+        if owner_dir not in _counts:
+            return
+        _counts[owner_dir] -= 1
+        if _counts[owner_dir] > 0 and not vanished:
+            return
+        try:
+            os.rmdir(owner_dir)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            if not vanished:
+                return  # kept (listed) for the next jail dir, or for the watchdog
+        del _counts[owner_dir], _owner_dirs[os.path.dirname(owner_dir)]
+        watchdog.forget(owner_dir)
 
 
 async def remove_jail_dir(path: str) -> bool:
@@ -164,4 +321,83 @@ async def remove_jail_dir(path: str) -> bool:
             gone = await trio.to_thread.run_sync(remove_tree, path)
     if gone:
         watchdog.forget(path)
+        _release(os.path.dirname(path))
     return gone
+
+
+# -- cgroups and sweeping ------------------------------------------------------
+
+
+def remove_cgroup(path: str) -> bool:
+    """Remove an empty cgroup, or SIGKILL what it still holds; whether it is gone."""
+    try:
+        os.rmdir(path)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            pids = f.read().split()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(int(pid), signal.SIGKILL)
+    return False
+
+
+def cgroup_parents(host: HostSupport) -> list[str]:
+    """The dirs run cgroups are made in on `host` (none if not root)."""
+    from trunner.linux.cgroup import DIR_NAME
+
+    limit = host.process_limit
+    bases = [limit.cgroup_base if limit is not None and limit.kind == "pids_cgroup" else "",
+             host.memory_cgroup_base]
+    return list(dict.fromkeys(os.path.join(b, DIR_NAME) for b in bases if b))
+
+
+def sweep(temp_root: str | None, cgroup_dirs: Iterable[str] = ()) -> list[str]:
+    """Remove the leftovers of dead owners: their owner dirs under
+    `temp_root` (default: the system temp dir) and their run cgroups in
+    `cgroup_dirs`, after SIGKILLing what those still hold. Only what this
+    uid owns, and never a live owner's (`owner_alive`). Best effort: never
+    raises `OSError`; returns what it removed.
+    """
+    root = os.path.abspath(tempfile.gettempdir() if temp_root is None else temp_root)
+    uid = os.geteuid()
+    removed: list[str] = []
+    cgroups = [path for parent in cgroup_dirs
+               for path in _dead(parent, uid, _owner_of_cgroup)]
+    give_up, pause = time.monotonic() + SWEEP_CGROUP_S, 0.001
+    while cgroups:
+        left = [c for c in cgroups if not remove_cgroup(c)]
+        removed += [c for c in cgroups if c not in left]
+        cgroups = left
+        if not cgroups or time.monotonic() > give_up:
+            break
+        time.sleep(pause)  # SIGKILLed processes take a moment to leave
+        pause = min(pause * 2, 0.1)
+    removed += [path for path in _dead(root, uid, _owner_of_dir) if remove_tree(path)]
+    return removed
+
+
+def _dead(parent: str, uid: int, owner_of: Callable[[str], str | None]) -> list[str]:
+    """The dirs in `parent` named for a dead owner, owned by `uid`."""
+    found = []
+    try:
+        with os.scandir(parent) as it:
+            for entry in it:
+                owner = owner_of(entry.name)
+                if owner is None or owner_alive(owner):
+                    continue
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False) and \
+                            entry.stat(follow_symlinks=False).st_uid == uid:
+                        found.append(entry.path)
+    except OSError:
+        pass
+    return found

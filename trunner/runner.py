@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
 import trio
 
-from trunner import invocation, workdir
+from trunner import cleanup, invocation, workdir
 from trunner.adapters import BUILTIN_MODES
 from trunner.errors import Reason, RunnerError
 from trunner.invocation import Result
@@ -52,7 +52,9 @@ class Runner:
         limits: default limits for every run (a run may pass its own).
         import_paths: directories user modes are imported from; the jail
             may read them and they become the worker's PYTHONPATH.
-        temp_root: where jail dirs are made (default: the system temp dir).
+        temp_root: where jail dirs are made (default: the system temp dir);
+            the leftovers of dead owners there, and their cgroups, are
+            removed here (`trunner.cleanup.sweep`).
         worker: the worker binary (default: `locate_worker()`).
         provider: configure the provider profile (`ports`, `hosts`,
             `read_only`; see `trunner.profile.ProviderConfig`) instead of the
@@ -106,6 +108,8 @@ class Runner:
                 options["host_ids"] = host_ids
             self._backend = platform_backend(self.worker, **options)
         self._backend.check()
+        # What dead owners (processes that used trunner here) left, never a live one's.
+        cleanup.sweep(temp_root, cleanup.cgroup_parents(self._backend.probe()))
         self._versions: dict[Limits, str] = {}
 
     @property

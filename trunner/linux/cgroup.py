@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from trunner.cleanup import owner_id
 from trunner.errors import Reason, RunnerError
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def make(bases: Sequence[tuple[str, str]], before_mkdir: Callable[[str], None]) 
         RunnerError: `spawn_failed` when out of fds, else
             `process_limit_unavailable`.
     """
-    name = f"{os.getpid()}-{uuid.uuid4().hex}"
+    name = f"{owner_id()}-{uuid.uuid4().hex}"  # a sweep can tell whether its owner lives
     paths: list[str] = []
     made: list[str] = []
     try:

@@ -2,10 +2,15 @@
 
 The parent-death signal the helper arms reaches only the group leader. So
 each parent process also keeps one small unjailed watchdog: this file, run
-as a script (`python -I -S watchdog.py`, started once, in its own session),
-reading records from a pipe whose write end only the parent holds. When the
-parent dies, for any reason, the pipe reaches EOF and the watchdog SIGKILLs
-every listed group, removes their cgroups, then their jail dirs.
+as a script (`python -I -S watchdog.py OWNER`, started once), reading
+records from a pipe whose write end only the parent holds. It is not the
+parent's child: a short-lived intermediate, in a new session, forks it and
+exits, so it is reparented (to PID 1 or a subreaper) and a host that kills
+the parent's direct children at its exit (Ray's workers do) does not take
+it along. When the parent dies, for any reason, the watchdog sees it (a
+pidfd on the parent, checked against its start time in OWNER, or the pipe
+at EOF), reads the records left in the pipe, then SIGKILLs every listed
+group, removes their cgroups, then their jail dirs and the owner dir.
 
 A jail dir and its cgroup are listed before anything runs in them, and
 unlisted once the parent has removed the dir. A group is listed at spawn and
@@ -19,14 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
-import subprocess
 import sys
 import threading
 import time
 
 TYPE_CHECKING = False  # not from typing: the watchdog script would pay ~5 ms for it
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Callable
 
 #: Live groups: pgid -> (cgroup, jail dir), "" for none.
@@ -64,24 +70,66 @@ def _record(op: str, pgid: int = 0, cgroup: str = "", jail_dir: str = "") -> byt
 # -- the watchdog process ------------------------------------------------------
 
 
-def main(fd: int = 0) -> None:
-    """Read records from `fd` until EOF, then clean up what is listed."""
-    from trunner.cleanup import remove_tree  # before EOF: no import at the parent's death
+def main(fd: int = 0, owner: str = "") -> None:
+    """Read records from `fd` until EOF or the death of `owner` (an owner id,
+    see `trunner.cleanup.owner_id`; "" for EOF only), then clean up what is
+    listed."""
+    # Before the parent's death: no import then.
+    from trunner.cleanup import remove_cgroup, remove_tree
 
     groups: Groups = {}
     leftovers: Leftovers = {}
     pending = b""
-    while chunk := os.read(fd, 65536):
+
+    def feed(chunk: bytes) -> None:
+        nonlocal pending
         *fields, tail = (pending + chunk).split(b"\0")
         whole = len(fields) - len(fields) % 4
         for i in range(0, whole, 4):
             op, pgid, cgroup, jail_dir = (os.fsdecode(f) for f in fields[i : i + 4])
             apply(groups, leftovers, op, int(pgid), cgroup, jail_dir)
         pending = b"".join(f + b"\0" for f in fields[whole:]) + tail
-    clean_up(groups, leftovers, remove_tree)
+
+    pidfd = _watch_owner(owner)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if pidfd is not None and pidfd >= 0:
+        poller.register(pidfd, select.POLLIN)
+    while pidfd != -1:
+        if pidfd is not None and any(f == pidfd for f, _ in poller.poll()):
+            break  # the owner is dead; a process it forked may still hold the pipe
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        feed(chunk)
+    # What the owner wrote before it died is all in the pipe: read it all.
+    os.set_blocking(fd, False)
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 65536):
+            feed(chunk)
+    clean_up(groups, leftovers, remove_tree, remove_cgroup)
 
 
-def clean_up(groups: Groups, leftovers: Leftovers, remove_tree: Callable[[str], bool]) -> None:
+def _watch_owner(owner: str) -> int | None:
+    """A pidfd on the owner; -1 if it is already dead; None if it cannot be
+    watched that way (no owner given, no pidfd_open): then EOF alone tells."""
+    from trunner.cleanup import owner_alive, parse_owner
+
+    parsed = parse_owner(owner)
+    if parsed is None or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        pidfd = os.pidfd_open(parsed[0])
+    except ProcessLookupError:
+        return -1
+    except OSError:
+        return None
+    # Checked after the open: the pidfd is the owner's if it still lives now.
+    return pidfd if owner_alive(owner) else -1
+
+
+def clean_up(groups: Groups, leftovers: Leftovers, remove_tree: Callable[[str], bool],
+             remove_cgroup: Callable[[str], bool]) -> None:
     """SIGKILL every group, then remove the cgroups and jail dirs, retrying
     what is still busy (a process not yet dead) for up to GIVE_UP_S."""
     for pgid in groups:
@@ -93,7 +141,7 @@ def clean_up(groups: Groups, leftovers: Leftovers, remove_tree: Callable[[str], 
     dirs = {jail_dir for _, jail_dir in entries if jail_dir}
     give_up, pause = time.monotonic() + GIVE_UP_S, 0.001
     while True:
-        cgroups = {c for c in cgroups if not _remove_cgroup(c)}
+        cgroups = {c for c in cgroups if not remove_cgroup(c)}
         dirs = {d for d in dirs if not remove_tree(d)}
         if not (cgroups or dirs) or time.monotonic() > give_up:
             return
@@ -101,72 +149,150 @@ def clean_up(groups: Groups, leftovers: Leftovers, remove_tree: Callable[[str], 
         pause = min(pause * 2, 0.2)
 
 
-def _remove_cgroup(path: str) -> bool:
-    """Remove an empty cgroup, or SIGKILL what it still holds; whether it is gone."""
-    try:
-        os.rmdir(path)
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        pass
-    try:
-        with open(os.path.join(path, "cgroup.procs")) as f:
-            pids = f.read().split()
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(int(pid), signal.SIGKILL)
-    return False
-
-
 # -- the parent side -----------------------------------------------------------
 
 _lock = threading.Lock()
-_proc: subprocess.Popen[bytes] | None = None
+#: The write end of the watchdog's pipe, and the watchdog's pid.
+_fd: int | None = None
+_pid: int | None = None
+_intermediate: subprocess.Popen[bytes] | None = None
 _groups: Groups = {}
 _leftovers: Leftovers = {}
 
+#: Run by the intermediate (`python -I -S -c DETACH PYTHON SCRIPT OWNER`): it
+#: forks the watchdog, prints its pid and exits, so that the watchdog is
+#: reparented. Its stdin, the pipe, is the watchdog's.
+DETACH = """\
+import os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        os.execv(sys.argv[1], [sys.argv[1], "-I", "-S", *sys.argv[2:]])
+    finally:
+        os._exit(127)
+os.write(1, str(pid).encode())
+"""
+
+
+def _alive() -> bool:
+    """Whether the watchdog still reads its pipe (POLLERR: no reader left)."""
+    if _fd is None:
+        return False
+    poller = select.poll()
+    poller.register(_fd, 0)
+    return not poller.poll(0)
+
+
+def _start() -> None:
+    """Start a watchdog and replay the tables to it. Returns once the
+    intermediate runs (the pipe is then read, sooner or later), without
+    waiting for it to exit: `_reap` does that, as it is a child."""
+    global _fd, _pid, _intermediate
+    import subprocess
+
+    from trunner.cleanup import owner_id
+
+    if _fd is not None:
+        os.close(_fd)
+        _fd = _pid = None
+    with contextlib.suppress(OSError):  # a former intermediate, if it is still there
+        _reap(block=True)
+    python = os.path.realpath(sys.executable)
+    read, write = os.pipe()
+    try:
+        # In a new session: neither the watchdog nor its intermediate is in
+        # a process group of the parent's.
+        _intermediate = subprocess.Popen(
+            [python, "-I", "-S", "-c", DETACH, python, os.path.abspath(__file__), owner_id()],
+            stdin=read, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd="/", env={}, start_new_session=True,
+        )
+    except BaseException:
+        os.close(write)
+        raise
+    finally:
+        os.close(read)
+    _fd = write
+    # A new watchdog learns the whole state, the record being sent included.
+    replay = [_record("+", p, *entry) for p, entry in _groups.items()]
+    replay += [_record("=", 0, *entry) for entry in _leftovers.values()]
+    _write(b"".join(replay))
+
+
+def _reap(block: bool) -> None:
+    """Reap the intermediate once it has exited (or wait for it, if
+    `block`) and learn the watchdog's pid from it.
+
+    Raises:
+        OSError: (only if `block`) it failed: no watchdog was forked.
+    """
+    global _intermediate, _pid
+    proc = _intermediate
+    if proc is None or (proc.wait() if block else proc.poll()) is None:
+        return
+    _intermediate = None
+    assert proc.stdout is not None
+    os.set_blocking(proc.stdout.fileno(), False)
+    out = b""
+    with contextlib.suppress(BlockingIOError):  # written before it exited, or never
+        out = os.read(proc.stdout.fileno(), 32)
+    proc.stdout.close()
+    if proc.returncode == 0 and out.isdigit():
+        _pid = int(out)
+    elif block:
+        raise OSError(f"the watchdog did not start (exit status {proc.returncode})")
+
 
 def _send(op: str = "", pgid: int = 0, cgroup: str = "", jail_dir: str = "") -> None:
-    global _proc
     if op:
         apply(_groups, _leftovers, op, pgid, cgroup, jail_dir)
-    if _proc is None or _proc.poll() is not None:
-        _proc = subprocess.Popen(
-            [os.path.realpath(sys.executable), "-I", "-S", os.path.abspath(__file__)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            cwd="/",
-            env={},
-            start_new_session=True,
-        )
-        # A new watchdog learns the whole state, this record included.
-        replay = [_record("+", p, *entry) for p, entry in _groups.items()]
-        replay += [_record("=", 0, *entry) for entry in _leftovers.values()]
-        _write(b"".join(replay))
+    _reap(block=False)
+    if not _alive():
+        _start()
     elif op:
-        _write(_record(op, pgid, cgroup, jail_dir))
+        try:
+            _write(_record(op, pgid, cgroup, jail_dir))
+        except BrokenPipeError:  # it died since _alive(): a new one gets the replay
+            _start()
 
 
 def _write(data: bytes) -> None:
-    assert _proc is not None
-    assert _proc.stdin is not None
+    assert _fd is not None
     view = memoryview(data)
     while view:
-        view = view[os.write(_proc.stdin.fileno(), view) :]
+        view = view[os.write(_fd, view) :]
+
+
+def _forget_at_fork() -> None:
+    # A forked child is another owner: it neither holds the parent's pipe
+    # (the parent's watchdog must see the parent's death) nor its tables.
+    global _fd, _pid, _lock, _intermediate
+    if _fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(_fd)
+    _fd = _pid = _intermediate = None
+    _lock = threading.Lock()
+    _groups.clear()
+    _leftovers.clear()
+
+
+os.register_at_fork(after_in_child=_forget_at_fork)
 
 
 def ensure_running() -> int:
-    """Start the watchdog if it does not run; returns its pid."""
+    """Start the watchdog if it does not run, and wait until it is forked
+    (its intermediate reaped); returns its pid.
+
+    Raises:
+        OSError: it cannot be started.
+    """
     with _lock:
         _send()
-        assert _proc is not None
-        return _proc.pid
+        _reap(block=True)
+        if _pid is None or not _alive():
+            raise OSError("the watchdog is not running")
+        return _pid
 
 
 def watch(pgid: int, cgroup: str | None, jail_dir: str | None = None) -> None:
@@ -200,11 +326,14 @@ def forget(jail_dir: str) -> None:
 
 
 def watchdog_pid() -> int | None:
-    """The watchdog's pid, if one runs (tests exclude it from leak checks)."""
-    return _proc.pid if _proc is not None and _proc.poll() is None else None
+    """The watchdog's pid, if one runs and is known (not a child: it is
+    reparented)."""
+    with _lock:
+        _reap(block=False)
+        return _pid if _alive() else None
 
 
 if __name__ == "__main__":
     # -I keeps the script's own directory off sys.path; trunner's root is 3 up.
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    main()
+    main(0, sys.argv[1] if len(sys.argv) > 1 else "")
