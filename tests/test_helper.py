@@ -35,7 +35,7 @@ from trunner.worker import locate_worker
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-STEPS = ["env", "process_limit", "memory", "rlimits", "build_namespace", "root", "identity",
+STEPS = ["env", "process_limit", "memory", "rlimits", "build_namespace", "ipc", "root", "identity",
          "namespaces", "jail_processes", "parent_death", "pid_namespace", "proc", "capabilities",
          "descriptors", "no_new_privs",
          "landlock", "seccomp"]
@@ -177,7 +177,8 @@ def _drop(key: str) -> Callable[[str], str]:
 @pytest.mark.parametrize("key", ["landlock", "seccomp_bpf", "unshare_flags", "process_limit",
                                  "rlimits", "parent_pid", "env", "unsafe_skip", "root_ops",
                                  "proc_ops", "scratch", "staging", "hostname", "workdir",
-                                 "build_userns", "uid", "gid", "jail_nproc", "memory"])
+                                 "build_userns", "uid", "gid", "jail_nproc", "memory",
+                                 "ipc_limits"])
 async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, key: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(_drop(key))))
     assert e.reason is Reason.SANDBOX_SETUP
@@ -187,8 +188,8 @@ async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, ke
 @pytest.mark.parametrize(("item", "detail"), [
     ("zz", "plan: not a plan"),
     ("", "plan: not a plan"),
-    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 5"),
-    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 5"),
+    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 6"),
+    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 6"),
 ])
 async def test_a_corrupt_plan_fails_closed(jail_root: Path, item: str, detail: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(lambda _: item)))
@@ -231,9 +232,10 @@ def test_plan_jail_is_pure_and_names_every_layer() -> None:
     limits = Limits(processes=5, open_files=99)
     a = plan_jail(limits, host, DEFAULT_PROFILE, "/j", parent_pid=42, cgroup="/cg")
     assert a == plan_jail(limits, host, DEFAULT_PROFILE, "/j", parent_pid=42, cgroup="/cg")
-    # user, net, mount, pid, ipc, uts, cgroup
+    # user, net, mount, pid, uts, cgroup; ipc is the helper's `ipc` step, sized
     assert a.unshare_flags == (
-        0x10000000 | 0x40000000 | 0x20000 | 0x20000000 | 0x08000000 | 0x04000000 | 0x02000000)
+        0x10000000 | 0x40000000 | 0x20000 | 0x20000000 | 0x04000000 | 0x02000000)
+    assert dict(a.ipc_limits)["shmmax"] == str(limits.memory_bytes // 4)
     assert (a.uid, a.gid, a.parent_pid) == (1000, 1000, 42)
     rules = dict(a.landlock.path_rules)
     for path in (WORKDIR, "/tmp", "/dev/shm"):  # the scratch is writable

@@ -30,7 +30,7 @@ def test_numbers_come_from_this_build() -> None:
         "capset": 126, "close_range": 436, "landlock_add_rule": 445,
         "landlock_create_ruleset": 444, "landlock_restrict_self": 446, "mount": 165,
         "pivot_root": 155, "prctl": 157, "prlimit64": 302, "rt_sigaction": 13,
-        "sethostname": 170, "umount2": 166, "unshare": 272,
+        "sethostname": 170, "setns": 308, "umount2": 166, "unshare": 272,
     }
 
 

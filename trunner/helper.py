@@ -36,7 +36,7 @@ REPORT_FD = 3
 #: rebuild in the meantime.
 WAITER_FD = 4
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 5
+PLAN_VERSION = 6
 #: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
 #: version). Nothing else is ever skipped.
 #: (Not the namespaces: the jail's root, which Landlock's paths name, is
@@ -52,6 +52,7 @@ JAIL_STEPS = ("proc", "capabilities", "descriptors", "no_new_privs", "landlock",
 
 _SIGKILL = 9  # literal: importing signal costs the helper ~1 ms
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
 _SIGINT = 2
 _SCOPE_SIGNAL = 2  # landlock.SCOPE_SIGNAL
@@ -91,6 +92,11 @@ def main(argv: "list[str]") -> "NoReturn":
             # 5. not root: a user namespace of the caller's own ids, for the
             #    right to mount (real root has it already).
             ("build_namespace", _enter_build_namespace, plan["build_userns"], plan["uid"],
+             plan["gid"]),
+            # 5b. the run's IPC namespace, sized (no memory cgroup bounds a
+            #    non-root run's SysV objects): after 5, whose capabilities
+            #    join it; before 6, while the host's /proc/sys is at hand.
+            ("ipc", _limit_ipc, plan["ipc_limits"], plan["build_userns"], plan["uid"],
              plan["gid"]),
             # 6. the root, built in a private mount namespace with the
             #    caller's rights (a bind is walked as the caller walks it),
@@ -180,7 +186,7 @@ def _read_plan(argv: "list[str]") -> "tuple[dict[str, Any], list[str]]":
     return plan, argv[3:]
 
 
-_KEYS = ("env", "process_limit", "jail_nproc", "memory", "rlimits", "build_userns",
+_KEYS = ("env", "process_limit", "jail_nproc", "memory", "rlimits", "ipc_limits", "build_userns",
          "unshare_flags", "uid", "gid", "jail_id",
          "root_ops", "proc_ops", "scratch", "staging", "hostname", "workdir", "landlock",
          "parent_pid", "seccomp_bpf", "unsafe_skip", "fail_at")
@@ -361,6 +367,59 @@ def _build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, 
         posix.fchdir(here)
     finally:
         posix.close(here)
+
+
+def _limit_ipc(sysctls: "list[tuple[str, str]]", in_userns: bool, uid: int, gid: int) -> None:
+    """Enter a new IPC namespace with `sysctls` written in it. Only the uid
+    that is root of the namespace's owning user namespace may write them:
+    real root, or (not root) the caller in a user namespace mapping its 0 to
+    the caller. That one is made by a child, whose IPC namespace the helper
+    joins (the helper keeps its own ids); the jail's user namespace, made
+    later, owns neither, so the jail gets no capability over them, and its
+    /proc/sys is read-only."""
+    install = _install()
+    if not in_userns:
+        install.unshare(_CLONE_NEWIPC)
+        _write_sysctls(sysctls)
+        return
+    report_r, report_w = posix.pipe2(posix.O_CLOEXEC)
+    hold_r, hold_w = posix.pipe2(posix.O_CLOEXEC)
+    child = posix.fork()
+    if child == 0:
+        try:
+            posix.close(report_r)
+            posix.close(hold_w)
+            install.unshare(_CLONE_NEWUSER | _CLONE_NEWIPC)
+            install.write_file("/proc/self/setgroups", b"deny")
+            install.write_file("/proc/self/uid_map", b"0 %d 1" % uid)
+            install.write_file("/proc/self/gid_map", b"0 %d 1" % gid)
+            _write_sysctls(sysctls)
+            posix.write(report_w, b"ok")
+            posix.read(hold_r, 1)  # alive until the helper holds the namespace
+        except BaseException as e:
+            posix.write(report_w, f"{type(e).__name__}: {e}".encode(errors="replace")[:500])
+        posix._exit(0)
+    posix.close(report_w)
+    posix.close(hold_r)
+    try:
+        said = posix.read(report_r, 600)
+        if said != b"ok":
+            raise SetupError(f"ipc: {said.decode(errors='replace') or 'no answer'}")
+        ns = posix.open(f"/proc/{child}/ns/ipc", posix.O_RDONLY | posix.O_CLOEXEC)
+        try:
+            install.call("setns", ns, _CLONE_NEWIPC)
+        finally:
+            posix.close(ns)
+    finally:
+        posix.close(report_r)
+        posix.close(hold_w)
+        posix.waitpid(child, 0)
+
+
+def _write_sysctls(sysctls: "list[tuple[str, str]]") -> None:
+    write = _install().write_file
+    for name, value in sysctls:
+        write(f"/proc/sys/kernel/{name}", value.encode())
 
 
 def _take_identity(uid: int, gid: int) -> None:

@@ -138,7 +138,7 @@ static const struct {
     NR_ENTRY(capset), NR_ENTRY(close_range), NR_ENTRY(landlock_add_rule),
     NR_ENTRY(landlock_create_ruleset), NR_ENTRY(landlock_restrict_self), NR_ENTRY(mount),
     NR_ENTRY(pivot_root), NR_ENTRY(prctl), NR_ENTRY(prlimit64), NR_ENTRY(rt_sigaction),
-    NR_ENTRY(sethostname), NR_ENTRY(umount2), NR_ENTRY(unshare),
+    NR_ENTRY(sethostname), NR_ENTRY(setns), NR_ENTRY(umount2), NR_ENTRY(unshare),
 };
 
 PyMODINIT_FUNC

@@ -123,6 +123,10 @@ class HelperPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     memory: tuple[Literal["memory_cgroup", "none"], str, int]
     #: (resource number, soft, hard), CORE 0 included.
     rlimits: tuple[tuple[int, int, int], ...]
+    #: The run's IPC namespace sizes, (name under /proc/sys/kernel, value),
+    #: written by the helper into the namespace it makes for the run (see
+    #: `ipc_limits_for`); `unshare_flags` then leaves CLONE_NEWIPC out.
+    ipc_limits: tuple[tuple[str, str], ...]
     #: Not root: a user namespace of the caller's own to build the root in.
     build_userns: bool
     unshare_flags: int
@@ -151,8 +155,20 @@ class HelperPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     fail_at: str = ""
 
 
+#: POSIX message queue bytes per run (RLIMIT_MSGQUEUE, the kernel's default;
+#: Landlock refuses mq_open in the jail today, this bounds it if not).
+MSGQUEUE_BYTES: Final = 819200
+#: Queued signals and POSIX timers per run (RLIMIT_SIGPENDING), ~100-350
+#: bytes of kernel memory each.
+SIGPENDING: Final = 4096
+
+
 def rlimits_for(limits: Limits) -> tuple[tuple[int, int, int], ...]:
-    """`Limits` to (resource, soft, hard); units are converted here only."""
+    """`Limits` to (resource, soft, hard); units are converted here only.
+
+    SIGPENDING and MSGQUEUE are counted per (user namespace, uid) from
+    kernel 5.14: set before the namespaces exist, they bound the run
+    alone, and what it takes from the caller's own per-uid count."""
     return (
         # SIGXCPU at the soft limit, SIGKILL one second later.
         (resource.RLIMIT_CPU, limits.cpu_time_s, limits.cpu_time_s + 1),
@@ -160,6 +176,47 @@ def rlimits_for(limits: Limits) -> tuple[tuple[int, int, int], ...]:
         (resource.RLIMIT_FSIZE, limits.file_size_bytes, limits.file_size_bytes),
         (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
         (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_SIGPENDING, SIGPENDING, SIGPENDING),
+        (resource.RLIMIT_MSGQUEUE, MSGQUEUE_BYTES, MSGQUEUE_BYTES),
+    )
+
+
+#: The kernel's cost of SysV objects, in bytes, as `ipc_limits_for` counts
+#: them (6.x): a semaphore is one cache line (64) and 2 in each process's
+#: undo list; an array ~512 and a ~96-byte undo header per process; a
+#: message at least a 64-byte allocation, and a queue holds as many as
+#: msgmnb (its byte limit counts messages too).
+_SEM_BYTES, _SEM_UNDO_BYTES = 64, 2
+_SEM_ARRAY_BYTES, _SEM_ARRAY_UNDO_BYTES = 512, 96
+_MSG_BYTES = 64
+_MSGMNB = 16384  # the kernel's default queue size
+_MSGMAX = 8192  # the kernel's default message size
+_IPCMNI = 32000  # the kernel's default array and queue counts (32768 at most)
+_PAGE = 4096
+
+
+def ipc_limits_for(limits: Limits) -> tuple[tuple[str, str], ...]:
+    """The run's SysV IPC sizes (its own IPC namespace's sysctls), from
+    `memory_bytes`: shared memory at most a quarter of it (shmall),
+    semaphores (their undo lists included) and message queues a sixteenth
+    each. Without them one run held 2.1 GB of semaphore arrays and 0.5 GB
+    of messages as a non-root caller, who has no memory cgroup."""
+    processes = limits.processes + TRUNNER_PROCESSES
+    share = limits.memory_bytes // 16
+    semmni = share // 2 // (_SEM_ARRAY_BYTES + _SEM_ARRAY_UNDO_BYTES * processes)
+    semmns = share // 2 // (_SEM_BYTES + _SEM_UNDO_BYTES * processes)
+    semmni, semmns = max(1, min(_IPCMNI, semmni)), max(1, semmns)
+    msgmni = max(1, min(_IPCMNI, share // ((_MSG_BYTES + 1) * _MSGMNB)))
+    shm_bytes = limits.memory_bytes // 4
+    return (
+        # SEMMSL SEMMNS SEMOPM SEMMNI
+        ("sem", f"{min(semmns, _IPCMNI)} {semmns} 500 {semmni}"),
+        ("msgmni", str(msgmni)),
+        ("msgmnb", str(_MSGMNB)),
+        ("msgmax", str(_MSGMAX)),
+        ("shmall", str(shm_bytes // _PAGE)),
+        ("shmmax", str(shm_bytes)),
+        ("shmmni", "4096"),
     )
 
 
@@ -323,6 +380,8 @@ def plan_jail(
     flags = 0
     for name in profile.namespaces:
         flags |= _NAMESPACE_FLAGS[name]
+    # The helper's `ipc` step makes the IPC namespace (sized) before this unshare.
+    flags &= ~_CLONE_NEWIPC
     missing = [name for name in REQUIRED_NAMESPACES if name not in profile.namespaces]
     if missing:
         raise ValueError(f"a jail always has its own {', '.join(missing)} namespace")
@@ -358,6 +417,7 @@ def plan_jail(
         jail_nproc=processes if host.nproc_per_userns else 0,
         memory=memory,
         rlimits=rlimits_for(limits),
+        ipc_limits=ipc_limits_for(limits),
         build_userns=not host.is_root,
         unshare_flags=flags,
         uid=uid,
