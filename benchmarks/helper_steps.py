@@ -101,7 +101,7 @@ posix.execv = execv
 helper.main(sys.argv[2:])
 """.replace("MARK", MARK)
 STEP_NAMES = {"start": "interpreter start (fork+exec+init, -I -S)",
-              "install": "import trunner.linux.install (_kernel)"}
+              "install": "import trunner.linux.kernel.install (_kernel)"}
 
 
 @dataclasses.dataclass

@@ -112,7 +112,7 @@ def make_runner(
     """A `Runner` as a caller builds one, at the test run's Landlock ABI cap."""
     from trunner import Runner
     from trunner.linux.backend import LinuxBackend
-    from trunner.profile import DEFAULT_PROFILE, provider_profile
+    from trunner.linux.profile import DEFAULT_PROFILE, provider_profile
     from trunner.worker import locate_worker
 
     cap = landlock_cap()

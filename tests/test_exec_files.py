@@ -471,7 +471,7 @@ def test_a_collected_file_no_pattern_matches_fails_the_run() -> None:
 @pytest.mark.parametrize("where", ["top", "file"])
 def test_a_reply_with_a_key_trunner_did_not_define_is_bad_frame(where: str) -> None:
     from trunner.protocol import decode_single_frame
-    from trunner.wire import frame
+    from trunner.worker.wire import frame
 
     file = {"path": "a", "size": 1, "data": b"x"}
     body = exec_mode.result(0, b"", b"", [file], [], 0.0)

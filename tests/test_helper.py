@@ -29,7 +29,7 @@ from trunner.linux.plan import (
     plan_jail,
     trunner_dir,
 )
-from trunner.profile import DEFAULT_PROFILE
+from trunner.linux.profile import DEFAULT_PROFILE
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:

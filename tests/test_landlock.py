@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 
-import trunner.linux.install as install
+import trunner.linux.kernel.install as install
 import trunner.linux.landlock as ll
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(ll.__file__)))
@@ -284,7 +284,7 @@ CHILD = r"""
 import ctypes, errno, json, os, sys
 
 import msgspec
-import trunner.linux.install as inst
+import trunner.linux.kernel.install as inst
 import trunner.linux.landlock as ll
 
 cfg = json.loads(sys.argv[1])

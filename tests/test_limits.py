@@ -97,7 +97,7 @@ def test_equal_limits_are_one_value_one_plan_one_version(fields: dict[str, Any])
     from trunner import Runner
     from trunner.linux.backend import probe_host
     from trunner.linux.plan import encode_plan, plan_jail
-    from trunner.profile import DEFAULT_PROFILE
+    from trunner.linux.profile import DEFAULT_PROFILE
     from trunner.rules import effective_rules_version
 
     ways = _four_ways(fields)

@@ -15,7 +15,7 @@ from trunner import Limits, Reason, Runner
 from trunner.limits import MiB
 from trunner.linux.backend import probe_host
 from trunner.linux.plan import plan_jail
-from trunner.profile import DEFAULT_PROFILE
+from trunner.linux.profile import DEFAULT_PROFILE
 
 needs_memory_cgroup = pytest.mark.skipif(
     not probe_host().memory_cgroup_base,

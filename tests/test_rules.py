@@ -18,7 +18,7 @@ from support import run_code
 from trunner import Limits, Reason, Runner, RunnerError, provider_profile_template_blake3
 from trunner.linux.backend import LinuxBackend, probe_host
 from trunner.linux.seccomp import DEFAULT_POLICY
-from trunner.profile import DEFAULT_PROFILE, PROVIDER_TEMPLATE, provider_profile
+from trunner.linux.profile import DEFAULT_PROFILE, PROVIDER_TEMPLATE, provider_profile
 from trunner.rules import effective_rules_version
 
 #: The default profile's version with default Limits on the CI host

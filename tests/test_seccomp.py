@@ -23,7 +23,8 @@ import msgspec
 import pytest
 
 from support import FOREIGN_ABI_C
-from trunner.linux import install, seccomp
+from trunner.linux import seccomp
+from trunner.linux.kernel import install
 
 REPO = str(Path(__file__).resolve().parents[1])
 SIGSYS = -signal.SIGSYS
@@ -38,7 +39,7 @@ pytestmark = pytest.mark.skipif(
 PRELUDE = """\
 import ctypes, errno, os, resource, socket, sys
 sys.path.insert(0, {repo!r})
-import trunner.linux.install as install
+import trunner.linux.kernel.install as install
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -712,12 +713,12 @@ def test_import_is_cheap_for_the_helper() -> None:
     ctypes, no pyseccomp, no typing)."""
     code = (
         f"import sys; sys.path.insert(0, {REPO!r}); import trunner; before = set(sys.modules); "
-        "import trunner.linux.install; print(' '.join(sorted(set(sys.modules) - before)))"
+        "import trunner.linux.kernel.install; print(' '.join(sorted(set(sys.modules) - before)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     added = set(out.stdout.split())
-    assert added == {"trunner.linux", "trunner.linux.install", "trunner.linux._kernel"}
+    assert added == {"trunner.linux", "trunner.linux.kernel.install", "trunner.linux.kernel._kernel"}
 
 
 def test_syscall_name() -> None:

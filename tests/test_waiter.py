@@ -15,7 +15,7 @@ from typing import Literal
 import pytest
 
 from trunner.helper import SANDBOX_SETUP_EXIT
-from trunner.linux.install import WAITER
+from trunner.linux.kernel.install import WAITER
 
 # Forks a child that sleeps (the waiter's "pid 1"), writes LINE on a pipe,
 # then execs the waiter in its place, as the helper does.
@@ -98,7 +98,7 @@ def test_a_missing_waiter_refuses_every_run(monkeypatch: pytest.MonkeyPatch,
     """Without the binary no jail could end its run: the host probe (and so
     `Runner()` and `trunner doctor`) refuses, naming it, before any spawn."""
     from trunner.errors import Reason
-    from trunner.linux import install
+    from trunner.linux.kernel import install
     from trunner.linux.backend import probe_host
 
     monkeypatch.setattr(install, "WAITER", str(tmp_path / "trunner-waiter"))

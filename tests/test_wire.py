@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from trunner import exec_mode, wire
+from trunner.worker import exec_mode, wire
 from trunner.errors import Reason, RunnerError
 from trunner.protocol import (
     CollectedFile,

@@ -4,8 +4,9 @@ whatever the child left in it; and the leftovers of a dead owner swept.
 `remove_tree` is iterative and fd-relative: any depth, a few fds, never a
 symlink followed, modes the child took away given back. The watchdog process
 runs it too, so this module imports only the standard library at its top.
-The runner calls `make_jail_dir` and `remove_jail_dir` (off the event loop,
-shielded).
+The jail seam (`trunner.jail`) calls `make_jail_dir` and
+`remove_jail_dir` with the watchdog's `hold` and `forget`, so that this
+module knows no platform.
 
 Every jail dir lives in its owner's dir, `TEMP/trunner-OWNER-RAND/`, and
 every run cgroup is named `OWNER-HEX`, where OWNER (`owner_id`) is the
@@ -30,7 +31,8 @@ TYPE_CHECKING = False  # not from typing: the watchdog script would pay for it
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from trunner.jail import HostSupport
+    #: Lists a path with the watchdog (before it exists), or unlists it.
+    Hold = Callable[[str], None]
 
 #: An owner dir's name is this, the owner id, "-" and 8 random hex digits.
 OWNER_DIR_PREFIX = "trunner-"
@@ -235,11 +237,10 @@ def _forget_at_fork() -> None:
 os.register_at_fork(after_in_child=_forget_at_fork)
 
 
-def make_jail_dir(temp_root: str | None) -> str:
+def make_jail_dir(temp_root: str | None, hold: Hold, forget: Hold) -> str:
     """A fresh 0700 jail dir in this process's owner dir under `temp_root`
-    (default: the system temp dir), listed with the watchdog before it
-    exists: a parent dying at any moment after this call leaves it to the
-    watchdog.
+    (default: the system temp dir), listed (`hold`) before it exists: a
+    parent dying at any moment after this call leaves it to the watchdog.
 
     Raises:
         OSError: the dir cannot be made, or the watchdog cannot be told.
@@ -249,43 +250,39 @@ def make_jail_dir(temp_root: str | None) -> str:
         with _lock:
             owner_dir = _owner_dirs.get(root)
             if owner_dir is None:
-                owner_dir = _make_dir(root, f"{OWNER_DIR_PREFIX}{owner_id()}-", 4)
+                owner_dir = _make_dir(root, f"{OWNER_DIR_PREFIX}{owner_id()}-", 4, hold, forget)
                 _owner_dirs[root], _counts[owner_dir] = owner_dir, 0
             _counts[owner_dir] += 1
         try:
-            return _make_dir(owner_dir, "", 8)
+            return _make_dir(owner_dir, "", 8, hold, forget)
         except FileNotFoundError:
             # The owner dir was removed under us (a temp cleaner): a new one.
-            _release(owner_dir, vanished=True)
+            _release(owner_dir, forget, vanished=True)
             if attempt == 2:
                 raise
         except BaseException:
-            _release(owner_dir)
+            _release(owner_dir, forget)
             raise
     raise AssertionError("unreachable")
 
 
-def _make_dir(parent: str, prefix: str, random_bytes: int) -> str:
-    from trunner.linux import watchdog
-
+def _make_dir(parent: str, prefix: str, random_bytes: int, hold: Hold, forget: Hold) -> str:
     while True:
         path = os.path.join(parent, f"{prefix}{os.urandom(random_bytes).hex()}")
-        watchdog.hold(None, path)
+        hold(path)
         try:
             os.mkdir(path, 0o700)
             return path
         except FileExistsError:
-            watchdog.forget(path)  # not ours: never the watchdog's to remove
+            forget(path)  # not ours: never the watchdog's to remove
         except BaseException:
-            watchdog.forget(path)
+            forget(path)
             raise
 
 
-def _release(owner_dir: str, vanished: bool = False) -> None:
+def _release(owner_dir: str, forget: Hold, vanished: bool = False) -> None:
     """One jail dir fewer in `owner_dir`: the last one removes it. A
     `vanished` one is no longer used, whatever it holds."""
-    from trunner.linux import watchdog
-
     with _lock:
         if owner_dir not in _counts:
             return
@@ -300,16 +297,14 @@ def _release(owner_dir: str, vanished: bool = False) -> None:
             if not vanished:
                 return  # kept (listed) for the next jail dir, or for the watchdog
         del _counts[owner_dir], _owner_dirs[os.path.dirname(owner_dir)]
-        watchdog.forget(owner_dir)
+        forget(owner_dir)
 
 
-async def remove_jail_dir(path: str) -> bool:
+async def remove_jail_dir(path: str, forget: Hold) -> bool:
     """Remove a jail dir without blocking the event loop; returns whether it
     is gone. Shielded, so it runs to the end under cancellation too. Once
-    the dir is gone, the watchdog stops listing it."""
+    the dir is gone, it is unlisted (`forget`)."""
     import trio
-
-    from trunner.linux import watchdog
 
     try:
         os.rmdir(path)  # the common case, empty: one syscall, no thread
@@ -320,8 +315,8 @@ async def remove_jail_dir(path: str) -> bool:
         with trio.CancelScope(shield=True):
             gone = await trio.to_thread.run_sync(remove_tree, path)
     if gone:
-        watchdog.forget(path)
-        _release(os.path.dirname(path))
+        forget(path)
+        _release(os.path.dirname(path), forget)
     return gone
 
 
@@ -348,16 +343,6 @@ def remove_cgroup(path: str) -> bool:
         with contextlib.suppress(OSError):
             os.kill(int(pid), signal.SIGKILL)
     return False
-
-
-def cgroup_parents(host: HostSupport) -> list[str]:
-    """The dirs run cgroups are made in on `host` (none if not root)."""
-    from trunner.linux.cgroup import DIR_NAME
-
-    limit = host.process_limit
-    bases = [limit.cgroup_base if limit is not None and limit.kind == "pids_cgroup" else "",
-             host.memory_cgroup_base]
-    return list(dict.fromkeys(os.path.join(b, DIR_NAME) for b in bases if b))
 
 
 def sweep(temp_root: str | None, cgroup_dirs: Iterable[str] = ()) -> list[str]:

@@ -203,15 +203,10 @@ def _doctor(as_json: bool) -> int:
         report = {"refusal": e.reason.value, "refusal_detail": e.detail}
     ok = report.get("refusal") is None
     report["can_run"] = ok
-    layers: dict[str, dict[str, Any]] = {}
-    if sys.platform == "linux":
-        from trunner.linux.backend import host_layers, probe_host
+    from trunner.jail import host_report
 
-        host_facts = probe_host()
-        layers = host_layers(host_facts)
-        report["layers"] = layers
-        report["memory_bounds"] = _memory_bounds(
-            host_facts.is_root and bool(host_facts.memory_cgroup_base))
+    report.update(host_report())
+    layers: dict[str, dict[str, Any]] = report.get("layers") or {}  # type: ignore[assignment]
     if as_json:
         _print(report)
     else:
@@ -229,55 +224,6 @@ def _doctor(as_json: bool) -> int:
         for bound in bounds:  # type: ignore[attr-defined]
             print(f"{bound['what']:>20}: {bound['bound']}")
     return 0 if ok else 1
-
-
-def _sysctl(name: str) -> str:
-    try:
-        with open(f"/proc/sys/{name.replace('.', '/')}") as f:
-            return " ".join(f.read().split())
-    except OSError as e:
-        return f"unreadable ({e.strerror})"
-
-
-def _memory_bounds(cgroup: bool) -> list[dict[str, str]]:
-    """What bounds one run's memory on this host, layer by layer, with the
-    default `Limits` (README: "What bounds a run's memory")."""
-    from trunner.limits import Limits, MiB
-    from trunner.linux.plan import MSGQUEUE_BYTES, SIGPENDING, ipc_limits_for
-
-    limits = Limits()
-    ipc = dict(ipc_limits_for(limits))
-    semmsl, semmns, _semopm, semmni = ipc["sem"].split()
-    fds = limits.open_files * limits.processes
-    every = (f"the run's memory cgroup: memory_bytes ({limits.memory_bytes // MiB} MiB,"
-             " memory_limit) for all of the below together" if cgroup else
-             "no memory cgroup for this caller: each bound below holds alone")
-    wmem_max = _sysctl("net.core.wmem_max")
-    wmem = int(wmem_max) if wmem_max.isdigit() else 0
-    return [
-        {"what": "cgroup", "bound": every},
-        {"what": "processes", "bound": f"address_space_bytes ({limits.address_space_bytes // MiB}"
-         f" MiB) each, {limits.processes} processes (RLIMIT_AS, RLIMIT_NPROC)"},
-        {"what": "scratch", "bound": f"scratch_bytes ({limits.scratch_bytes // MiB} MiB tmpfs:"
-         " working dir, /tmp, /dev/shm)"},
-        {"what": "sysv shm", "bound": f"shmall {int(ipc['shmall']) * 4096 // MiB} MiB"
-         " (memory_bytes/4, the run's IPC namespace)"},
-        {"what": "sysv semaphores", "bound": f"SEMMNS {semmns}, SEMMNI {semmni}, SEMMSL {semmsl}"
-         f" (memory_bytes/16 with undo lists)"},
-        {"what": "sysv messages", "bound": f"msgmni {ipc['msgmni']} x msgmnb {ipc['msgmnb']}"
-         " (memory_bytes/16)"},
-        {"what": "signals, timers", "bound": f"RLIMIT_SIGPENDING {SIGPENDING} per run"},
-        {"what": "posix mqueues", "bound": f"RLIMIT_MSGQUEUE {MSGQUEUE_BYTES} bytes per run"
-         " (and Landlock refuses mq_open)"},
-        {"what": "pipe buffers", "bound": "per host uid, not per run: pipe-user-pages-soft"
-         f" {_sysctl('fs.pipe-user-pages-soft')} pages, then 2 pages a pipe;"
-         f" pipes <= open_files x processes / 2 ({fds // 2})"},
-        {"what": "fds in flight", "bound": "per host uid: RLIMIT_NOFILE"
-         f" ({limits.open_files}) of the sender, each a pipe or socket with its buffers"},
-        {"what": "unix sockets", "bound": ("the memory cgroup (their buffers are charged to it);"
-         if cgroup else "NOT BOUNDED per run: net.core.wmem_max is host-global;")
-         + f" up to {fds} sockets of 2 x wmem_max ({2 * wmem // MiB} MiB) each"},
-    ]
 
 
 def _layer_text(name: str, layer: dict[str, Any]) -> str:

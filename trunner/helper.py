@@ -1,13 +1,14 @@
 """The sandbox helper: the single-threaded first stage of every jailed spawn.
 
 Runs between spawn and exec as `trunner-worker helper PLAN FD -- ADAPTER...`,
-where PLAN is one hex argv item of a marshal dict the parent resolved (see
-`trunner.linux.plan`) and FD the write end of the report pipe. Imports only
-posix and marshal (built in; `os` alone costs ~1.5 ms here),
-`trunner.linux.install` (posix + `_kernel`, the raw system calls) and
-`trunner.linux.mounts` (posix + install); never trio, msgspec or ctypes.
+where PLAN is one hex argv item, the marshal of the plan's plain values
+(`trunner.linux.plan`), read into a `Plan` whose fields are exactly
+`abi.PLAN_FIELDS`, and FD the write end of the report pipe. Imports only
+posix and marshal (built in; `os` alone costs ~1.5 ms here) and
+`trunner.linux.kernel` (abi; install, the raw system calls through
+`_kernel`; mounts); never trio, msgspec, typing or ctypes.
 Once pid 1 and pid 2 are forked, pid 1 and the helper confine themselves
-and exec `trunner-waiter` (trunner/linux/waiter.c), which waits and ends
+and exec `trunner-waiter` (trunner/linux/kernel/waiter.c), which waits and ends
 the run in a few pages instead of an interpreter.
 
 Every layer is mandatory: a plan without one of them is refused, never
@@ -15,52 +16,27 @@ read as "skip". Each step applies fully or the helper reports the step on
 fd 3 (FD, moved), a close-on-exec pipe only it holds (EOF at a successful exec), and
 exits SANDBOX_SETUP_EXIT (PROCESS_COUNT_EXIT when the process count cannot
 be measured). The adapter cannot write that pipe, so it cannot forge a
-refusal. The order is written once, in `main`. Seccomp is last.
+refusal. The pipe also carries notes (`abi.NOTE_MARK`): the jail's pid 1,
+which the parent waits on at teardown. The order is written once, in
+`main`. Seccomp is last.
 """
 
 import marshal
 import posix
 
+from trunner.linux.kernel import abi, install
+from trunner.linux.kernel.abi import (
+    JAIL_STEPS as JAIL_STEPS,
+    PROCESS_COUNT_EXIT as PROCESS_COUNT_EXIT,
+    REPORT_FD as REPORT_FD,
+    SANDBOX_SETUP_EXIT as SANDBOX_SETUP_EXIT,
+    SKIPPABLE as SKIPPABLE,
+    WAITER_FD as WAITER_FD,
+)
+
 TYPE_CHECKING = False  # not from typing: importing it costs ~5 ms here
 if TYPE_CHECKING:
     from typing import Any, NoReturn
-
-#: Exit code of a refused jail (some setup step failed).
-SANDBOX_SETUP_EXIT = 121
-#: Exit code when the real uid's process count cannot be measured.
-PROCESS_COUNT_EXIT = 122
-#: The helper's report pipe (write end), passed by the parent.
-REPORT_FD = 3
-#: trunner-waiter, opened (O_PATH) before the jail exists: pid 1 and the
-#: helper exec it from this descriptor, never by a path the jail could
-#: rebuild in the meantime.
-WAITER_FD = 4
-#: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 6
-#: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
-#: version). Nothing else is ever skipped.
-#: (Not the namespaces: the jail's root, which Landlock's paths name, is
-#: built in them.)
-SKIPPABLE = ("process_limit", "rlimits", "capabilities", "landlock", "parent_death", "seccomp")
-#: What the helper (its waiter, waiter.c's NOTE) writes on the report pipe,
-#: before dying of the same signal, when the jail died of SIGSYS: the jail's
-#: host pid, for the kernel log's seccomp record. Not a refusal (the parent
-#: strips it).
-JAIL_PID_NOTE = b"\0jail-pid "
-#: Steps that run in the jail's pid 2 (after the fork), in order.
-JAIL_STEPS = ("proc", "capabilities", "descriptors", "no_new_privs", "landlock", "seccomp")
-
-_SIGKILL = 9  # literal: importing signal costs the helper ~1 ms
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWIPC = 0x08000000
-_CLONE_NEWUSER = 0x10000000
-_SIGINT = 2
-_SCOPE_SIGNAL = 2  # landlock.SCOPE_SIGNAL
-_LANDLOCK_EXECUTE, _LANDLOCK_READ_FILE = 1, 4  # landlock.ACCESS_FS_*
-_S_IFMT = 0o170000
-_S_IFIFO = 0o010000
-_RLIMIT_NPROC = 6
-
 
 class SetupError(Exception):
     """A step could not be applied; carries the step and the errno."""
@@ -75,69 +51,69 @@ def main(argv: "list[str]") -> "NoReturn":
     try:
         _take_report_fd(argv[1] if len(argv) > 1 else "")
         plan, adapter = _read_plan(argv)
-        skip = plan["unsafe_skip"]
+        skip = plan.unsafe_skip
         steps: list[tuple[Any, ...]] = [
             # In the helper (the host's PID namespace):
             # 0. the waiter's descriptor, while the host's tree is in view.
             ("waiter", _open_waiter),
             # 1. env: check first, nothing else depends on it.
-            ("env", _check_env, plan["env"]),
+            ("env", _check_env, plan.env),
             # 2. process limit: needs the host's view (real root for the
             #    cgroup, the real /proc for the count): before the namespaces.
-            ("process_limit", _limit_processes, plan["process_limit"], plan["jail_nproc"]),
+            ("process_limit", _limit_processes, plan.process_limit, plan.jail_nproc),
             # 3. the run's memory cgroup, as root, likewise.
-            ("memory", _limit_memory, plan["memory"]),
+            ("memory", _limit_memory, plan.memory),
             # 4. rlimits before unshare.
-            ("rlimits", _set_rlimits, plan["rlimits"]),
+            ("rlimits", _set_rlimits, plan.rlimits),
             # 5. not root: a user namespace of the caller's own ids, for the
             #    right to mount (real root has it already).
-            ("build_namespace", _enter_build_namespace, plan["build_userns"], plan["uid"],
-             plan["gid"]),
+            ("build_namespace", _enter_build_namespace, plan.build_userns, plan.uid,
+             plan.gid),
             # 5b. the run's IPC namespace, sized (no memory cgroup bounds a
             #    non-root run's SysV objects): after 5, whose capabilities
             #    join it; before 6, while the host's /proc/sys is at hand.
-            ("ipc", _limit_ipc, plan["ipc_limits"], plan["build_userns"], plan["uid"],
-             plan["gid"]),
+            ("ipc", _limit_ipc, plan.ipc_limits, plan.build_userns, plan.uid,
+             plan.gid),
             # 6. the root, built in a private mount namespace with the
             #    caller's rights (a bind is walked as the caller walks it),
             #    then pivoted into.
-            ("root", _build_root, plan["staging"], plan["scratch"], plan["root_ops"],
-             plan["uid"], plan["gid"]),
+            ("root", _build_root, plan.staging, plan.scratch, plan.root_ops,
+             plan.uid, plan.gid),
             # 7. the jail's host ids: a root caller drops to them here, groups
             #    cleared, before any namespace that would keep host uid 0.
-            ("identity", _take_identity, plan["uid"], plan["gid"]),
+            ("identity", _take_identity, plan.uid, plan.gid),
             # 8. every namespace in one unshare (the new user namespace owns
             #    the others; the mounts of step 5 become locked in it), the
             #    host ids mapped to the jail's one id (the same in every run).
-            ("namespaces", _unshare, plan["unshare_flags"], plan["uid"], plan["gid"],
-             plan["jail_id"]),
+            ("namespaces", _unshare, plan.unshare_flags, plan.uid, plan.gid,
+             plan.jail_id),
             # 9. the run's own process count: RLIMIT_NPROC counts per user
             #    namespace (5.14 on), so this one counts the run alone.
-            ("jail_processes", _limit_jail_processes, plan["jail_nproc"]),
+            ("jail_processes", _limit_jail_processes, plan.jail_nproc),
             # 10. parent-death signal after the helper's last credential change
             #    (a change of credentials clears it), then re-check the parent.
-            ("parent_death", _die_with_parent, plan["parent_pid"]),
+            ("parent_death", _die_with_parent, plan.parent_pid),
             # 11. fork pid 1 (a reaper) and pid 2 of the new PID namespace; the
             #    helper stays outside, confined, waits for pid 2 and forwards
             #    its exit status. Only pid 2 returns from this step.
-            ("pid_namespace", _enter_pid_namespace, plan["seccomp_bpf"], plan["landlock"],
+            ("pid_namespace", _enter_pid_namespace, plan.seccomp_bpf, plan.landlock,
              adapter),
             # In pid 2:
             # 12. the jail's own /proc over the host's, masked; hostname; cwd.
-            ("proc", _enter_jail, plan["proc_ops"], plan["hostname"], plan["workdir"]),
+            ("proc", _enter_jail, plan.proc_ops, plan.hostname, plan.workdir),
             # 13. capabilities dropped, inside every namespace.
             ("capabilities", _drop_capabilities),
             # 14. descriptors: after every step that opens files.
             ("descriptors", _close_inherited_fds),
             # 15. NO_NEW_PRIVS, required by Landlock and seccomp as non-root.
-            ("no_new_privs", _install().set_no_new_privs),
+            ("no_new_privs", install.set_no_new_privs),
             # 16. Landlock on the jail's own paths (its syscalls must not be
             #     filtered yet).
-            ("landlock", _restrict_filesystem, plan["landlock"]),
+            ("landlock", _restrict_filesystem, plan.landlock),
             # 17. seccomp last: after it only the allow-list runs, then exec.
-            ("seccomp", _install().install_seccomp, plan["seccomp_bpf"]),
+            ("seccomp", install.install_seccomp, plan.seccomp_bpf),
         ]
-        fail_at = plan["fail_at"]
+        fail_at = plan.fail_at
         if fail_at == "process_count":
             raise SetupError("process_count: forced failure", 0, PROCESS_COUNT_EXIT)
         for name, fn, *args in steps:
@@ -168,28 +144,37 @@ def _take_report_fd(text: str) -> None:
         posix._exit(SANDBOX_SETUP_EXIT)
 
 
-def _read_plan(argv: "list[str]") -> "tuple[dict[str, Any], list[str]]":
+class Plan:
+    """The plan as the helper reads it: `abi.PLAN_FIELDS` as attributes,
+    each item a plain value (tagged items are dicts naming their kind)."""
+
+    __slots__ = abi.PLAN_FIELDS
+
+    def __init__(self, data: "dict[str, Any]") -> None:
+        for name in abi.PLAN_FIELDS:
+            setattr(self, name, data[name])
+
+
+def _read_plan(argv: "list[str]") -> "tuple[Any, list[str]]":
     if len(argv) < 4 or argv[2] != "--":
         raise SetupError("plan: expected PLAN FD -- ADAPTER...")
     try:
-        plan = marshal.loads(bytes.fromhex(argv[0]))
+        data = marshal.loads(bytes.fromhex(argv[0]))
     except (ValueError, EOFError, TypeError) as e:
         raise SetupError(f"plan: not a plan ({e})") from None
-    if type(plan) is not dict or plan.get("version") != PLAN_VERSION:
-        raise SetupError(f"plan: not a plan of version {PLAN_VERSION}")
-    missing = [key for key in _KEYS if key not in plan]
+    if type(data) is not dict or data.get("version") != abi.PLAN_VERSION:
+        raise SetupError(f"plan: not a plan of version {abi.PLAN_VERSION}")
+    missing = [key for key in abi.PLAN_FIELDS if key not in data]
     if missing:
         raise SetupError(f"plan: missing {', '.join(missing)}")
-    unknown = [name for name in plan["unsafe_skip"] if name not in SKIPPABLE]
+    unknown = sorted(set(data) - set(abi.PLAN_FIELDS))
     if unknown:
-        raise SetupError(f"plan: cannot skip {', '.join(map(str, unknown))}")
+        raise SetupError(f"plan: unknown {', '.join(map(str, unknown))}")
+    plan = Plan(data)
+    skipped = [name for name in data["unsafe_skip"] if name not in SKIPPABLE]
+    if skipped:
+        raise SetupError(f"plan: cannot skip {', '.join(map(str, skipped))}")
     return plan, argv[3:]
-
-
-_KEYS = ("env", "process_limit", "jail_nproc", "memory", "rlimits", "ipc_limits", "build_userns",
-         "unshare_flags", "uid", "gid", "jail_id",
-         "root_ops", "proc_ops", "scratch", "staging", "hostname", "workdir", "landlock",
-         "parent_pid", "seccomp_bpf", "unsafe_skip", "fail_at")
 
 
 def _apply(name: str, fn: "Any", *args: "Any") -> None:  # noqa: ANN401 (no typing here)
@@ -212,23 +197,11 @@ def _fail(e: SetupError) -> "NoReturn":
         posix._exit(e.exit_code)
 
 
-_INSTALL: "list[Any]" = []
-
-
-def _install() -> "Any":  # noqa: ANN401 (the module, without importing typing)
-    """trunner.linux.install, imported once (it loads _kernel, the C system calls)."""
-    if not _INSTALL:
-        from trunner.linux import install
-
-        _INSTALL.append(install)
-    return _INSTALL[0]
-
-
 # -- steps ---------------------------------------------------------------
 
 
 def _open_waiter() -> None:
-    fd = posix.open(_install().WAITER, posix.O_PATH | posix.O_CLOEXEC)
+    fd = posix.open(install.WAITER, posix.O_PATH | posix.O_CLOEXEC)
     if fd != WAITER_FD:
         posix.dup2(fd, WAITER_FD, inheritable=False)
         posix.close(fd)
@@ -246,28 +219,30 @@ def _check_env(allowed: "list[str]") -> None:
         raise SetupError(f"env: unexpected variables {', '.join(extra)}")
 
 
-def _limit_processes(limit: "tuple[str, str, int]", jail_nproc: int) -> None:
-    kind, path, processes = limit
+def _limit_processes(limit: "dict[str, Any]", jail_nproc: int) -> None:
+    kind, processes = limit["kind"], limit["max"]
     if kind == "pids_cgroup":
-        _install().write_file(f"{path}/pids.max", b"%d" % processes)
+        path = limit["cgroup"]
+        install.write_file(f"{path}/pids.max", b"%d" % processes)
         _join_cgroup(path)
     elif kind == "userns_nproc":
         if jail_nproc < 1:
             raise SetupError("process_limit: userns_nproc without a jail_nproc")
     elif kind == "rlimit_nproc":
         nproc = _count_processes(posix.getuid()) + processes - 1
-        _install().set_rlimit(_RLIMIT_NPROC, nproc, nproc)
+        install.set_rlimit(abi.RLIMIT_NPROC, nproc, nproc)
     else:
         raise SetupError(f"process_limit: unknown mechanism {kind!r}")
 
 
-def _limit_memory(memory: "tuple[str, str, int]") -> None:
-    kind, path, limit = memory
+def _limit_memory(memory: "dict[str, Any]") -> None:
+    kind = memory["kind"]
     if kind == "none":
         return  # no memory cgroup: RLIMIT_AS per process and the scratch size
     if kind != "memory_cgroup":
         raise SetupError(f"memory: unknown mechanism {kind!r}")
-    write = _install().write_file
+    path, limit = memory["cgroup"], memory["bytes"]
+    write = install.write_file
     if _exists(f"{path}/memory.max"):  # v2: no swap either
         write(f"{path}/memory.max", b"%d" % limit)
         swap = f"{path}/memory.swap.max"
@@ -283,7 +258,7 @@ def _limit_memory(memory: "tuple[str, str, int]") -> None:
 
 def _limit_jail_processes(jail_nproc: int) -> None:
     if jail_nproc:
-        _install().set_rlimit(_RLIMIT_NPROC, jail_nproc, jail_nproc)
+        install.set_rlimit(abi.RLIMIT_NPROC, jail_nproc, jail_nproc)
 
 
 def _join_cgroup(path: str) -> None:
@@ -291,7 +266,7 @@ def _join_cgroup(path: str) -> None:
     # `tasks` moves only the calling thread (all of us: single-threaded) and
     # skips the global threadgroup lock whose RCU sync costs ~10 ms.
     tasks = f"{path}/tasks"
-    _install().write_file(tasks if _exists(tasks) else f"{path}/cgroup.procs", b"0")
+    install.write_file(tasks if _exists(tasks) else f"{path}/cgroup.procs", b"0")
 
 
 def _exists(path: str) -> bool:
@@ -337,9 +312,10 @@ def _count_processes(uid: int) -> int:
     return total
 
 
-def _set_rlimits(rlimits: "list[tuple[int, int, int]]") -> None:
-    set_rlimit = _install().set_rlimit
-    for res, soft, hard in rlimits:
+def _set_rlimits(rlimits: "list[dict[str, int]]") -> None:
+    set_rlimit = install.set_rlimit
+    for limit in rlimits:
+        res, soft, hard = limit["resource"], limit["soft"], limit["hard"]
         try:
             set_rlimit(res, soft, hard)
         except OSError as e:
@@ -349,27 +325,27 @@ def _set_rlimits(rlimits: "list[tuple[int, int, int]]") -> None:
 
 def _enter_build_namespace(wanted: bool, uid: int, gid: int) -> None:
     if wanted:
-        _unshare(_CLONE_NEWUSER, uid, gid)
+        _unshare(abi.CLONE_NEWUSER, uid, gid)
     elif posix.getuid() != 0:
         raise SetupError("build_namespace: not root, and the plan has no user namespace")
 
 
-def _build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, str, str, int]]",
+def _build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any]]",
                 uid: int, gid: int) -> None:
-    from trunner.linux import mounts
+    from trunner.linux.kernel import mounts
 
     # The helper keeps its host jail dir as its cwd (outside the new root),
     # so the host sees which jail a helper serves; pid 1 and pid 2 leave it.
     here = posix.open(".", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
     try:
-        _install().unshare(_CLONE_NEWNS)
+        install.unshare(abi.CLONE_NEWNS)
         mounts.build_root(staging, scratch, ops, (uid, gid))
         posix.fchdir(here)
     finally:
         posix.close(here)
 
 
-def _limit_ipc(sysctls: "list[tuple[str, str]]", in_userns: bool, uid: int, gid: int) -> None:
+def _limit_ipc(sysctls: "list[dict[str, str]]", in_userns: bool, uid: int, gid: int) -> None:
     """Enter a new IPC namespace with `sysctls` written in it. Only the uid
     that is root of the namespace's owning user namespace may write them:
     real root, or (not root) the caller in a user namespace mapping its 0 to
@@ -377,9 +353,8 @@ def _limit_ipc(sysctls: "list[tuple[str, str]]", in_userns: bool, uid: int, gid:
     joins (the helper keeps its own ids); the jail's user namespace, made
     later, owns neither, so the jail gets no capability over them, and its
     /proc/sys is read-only."""
-    install = _install()
     if not in_userns:
-        install.unshare(_CLONE_NEWIPC)
+        install.unshare(abi.CLONE_NEWIPC)
         _write_sysctls(sysctls)
         return
     report_r, report_w = posix.pipe2(posix.O_CLOEXEC)
@@ -389,7 +364,7 @@ def _limit_ipc(sysctls: "list[tuple[str, str]]", in_userns: bool, uid: int, gid:
         try:
             posix.close(report_r)
             posix.close(hold_w)
-            install.unshare(_CLONE_NEWUSER | _CLONE_NEWIPC)
+            install.unshare(abi.CLONE_NEWUSER | abi.CLONE_NEWIPC)
             install.write_file("/proc/self/setgroups", b"deny")
             install.write_file("/proc/self/uid_map", b"0 %d 1" % uid)
             install.write_file("/proc/self/gid_map", b"0 %d 1" % gid)
@@ -407,7 +382,7 @@ def _limit_ipc(sysctls: "list[tuple[str, str]]", in_userns: bool, uid: int, gid:
             raise SetupError(f"ipc: {said.decode(errors='replace') or 'no answer'}")
         ns = posix.open(f"/proc/{child}/ns/ipc", posix.O_RDONLY | posix.O_CLOEXEC)
         try:
-            install.call("setns", ns, _CLONE_NEWIPC)
+            install.call("setns", ns, abi.CLONE_NEWIPC)
         finally:
             posix.close(ns)
     finally:
@@ -416,10 +391,10 @@ def _limit_ipc(sysctls: "list[tuple[str, str]]", in_userns: bool, uid: int, gid:
         posix.waitpid(child, 0)
 
 
-def _write_sysctls(sysctls: "list[tuple[str, str]]") -> None:
-    write = _install().write_file
-    for name, value in sysctls:
-        write(f"/proc/sys/kernel/{name}", value.encode())
+def _write_sysctls(sysctls: "list[dict[str, str]]") -> None:
+    write = install.write_file
+    for sysctl in sysctls:
+        write(f"/proc/sys/kernel/{sysctl['name']}", sysctl["value"].encode())
 
 
 def _take_identity(uid: int, gid: int) -> None:
@@ -433,20 +408,19 @@ def _take_identity(uid: int, gid: int) -> None:
         posix.setresuid(uid, uid, uid)
         # The uid change cleared "dumpable", which makes /proc/self/*_map
         # root's: this process writes its own maps next.
-        _install().set_dumpable(True)
+        install.set_dumpable(True)
     if posix.getresuid() != (uid, uid, uid) or posix.getresgid() != (gid, gid, gid):
         raise SetupError(f"identity: running as {posix.getresuid()}/{posix.getresgid()}, "
                          f"the plan says {uid}/{gid}")
 
 
 def _unshare(flags: int, uid: int, gid: int, inside: "int | None" = None) -> None:
-    install = _install()
     install.unshare(flags)
     install.map_ids(uid, gid, inside)
 
 
-def _enter_jail(proc_ops: "list[tuple[str, str]]", hostname: str, workdir: str) -> None:
-    from trunner.linux import mounts
+def _enter_jail(proc_ops: "list[dict[str, str]]", hostname: str, workdir: str) -> None:
+    from trunner.linux.kernel import mounts
 
     mounts.enter_jail(proc_ops, hostname, workdir)
 
@@ -462,20 +436,20 @@ def _last_cap() -> int:
 
 
 def _drop_capabilities() -> None:
-    _install().drop_capabilities(_last_cap())
+    install.drop_capabilities(_last_cap())
 
 
-def _enter_pid_namespace(bpf: bytes, ruleset: "tuple[Any, ...]", adapter: "list[str]") -> None:
+def _enter_pid_namespace(bpf: bytes, ruleset: "dict[str, Any]", adapter: "list[str]") -> None:
     """Fork pid 1 of the PID namespace the helper unshared; pid 1 forks
     pid 2, the jail; only pid 2 returns. Pid 1 reaps every orphan, hands pid
     2's end to the helper and is then killed, which makes the kernel kill
     (and pid 1 reap) whatever is left inside: nothing of the jail outlives
     it. Pid 1 dies with the helper (parent-death signal), the helper with
-    the group."""
+    the group. The helper notes pid 1 (`abi.INIT_NOTE`) for the parent."""
     # Checked here, or a malformed item would first fail in pid 1.
     if type(bpf) is not bytes:
         raise SetupError(f"seccomp: malformed plan item (TypeError: {type(bpf).__name__})")
-    if type(ruleset) not in (list, tuple) or len(ruleset) != 6:
+    if type(ruleset) is not dict or type(ruleset.get("paths")) not in (list, tuple):
         raise SetupError("landlock: malformed plan item (TypeError)")
     _last_cap()
     proc = posix.open("/proc", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
@@ -488,7 +462,7 @@ def _enter_pid_namespace(bpf: bytes, ruleset: "tuple[Any, ...]", adapter: "list[
             # The kernel shields a namespace's init from its namespace's
             # signals it has no handler for: drop the interpreter's SIGINT
             # handler first.
-            _install().default_signal(_SIGINT)
+            install.default_signal(abi.SIGINT)
             jail = posix.fork()
         except BaseException as e:
             _fail(SetupError(f"pid_namespace: pid 1: {type(e).__name__}: {e}"))
@@ -496,10 +470,26 @@ def _enter_pid_namespace(bpf: bytes, ruleset: "tuple[Any, ...]", adapter: "list[
             return  # pid 2: on with the chain (the descriptors step closes `done`)
         _run_init(done, bpf, ruleset)
     posix.close(done)
+    _note_init(init, proc)
     _wait_and_forward(init, ends, proc, bpf, adapter)
 
 
-def _confine_self(bpf: bytes, ruleset: "tuple[Any, ...] | None") -> None:
+def _note_init(init: int, proc: int) -> None:
+    """Tell the parent which process is the jail's pid 1: its host pid and
+    start time (read through the host's /proc, while it is our child)."""
+    try:
+        fd = posix.open(f"{init}/stat", posix.O_RDONLY | posix.O_CLOEXEC, dir_fd=proc)
+        try:
+            start = posix.read(fd, 4096).rsplit(b")", 1)[1].split()[19]
+        finally:
+            posix.close(fd)
+        posix.write(REPORT_FD, abi.NOTE_MARK + abi.INIT_NOTE + b" %d %s\n" % (init, start))
+    except BaseException as e:
+        posix.kill(init, abi.SIGKILL)
+        raise SetupError(f"pid_namespace: cannot note pid 1: {type(e).__name__}: {e}") from None
+
+
+def _confine_self(bpf: bytes, ruleset: "dict[str, Any] | None") -> None:
     """What pid 1 and the waiting helper keep of the jail: no capabilities
     (the sets emptied; both exec only trunner-waiter, under NO_NEW_PRIVS, so
     the bounding set is moot), NO_NEW_PRIVS, the seccomp filter (pid 1 also
@@ -507,26 +497,26 @@ def _confine_self(bpf: bytes, ruleset: "tuple[Any, ...] | None") -> None:
     trunner-waiter, so no jailed process may ptrace it or read its
     /proc/1/mem: Landlock allows that only into a nested domain; signals
     unscoped, the helper must kill it)."""
-    install = _install()
     install.clear_capabilities()
     install.set_no_new_privs()
     if ruleset is not None:
-        abi, fs, net, scoped, _paths, _ports = ruleset
         # The rule is on the very file WAITER_FD holds (Landlock rules bind inodes).
-        waiter = [(f"/proc/self/fd/{WAITER_FD}", 0, _LANDLOCK_EXECUTE | _LANDLOCK_READ_FILE)]
-        install.restrict_filesystem(abi, fs, net, scoped & ~_SCOPE_SIGNAL, waiter, [])
+        waiter = [(f"/proc/self/fd/{WAITER_FD}", 0,
+                   abi.ACCESS_FS_EXECUTE | abi.ACCESS_FS_READ_FILE)]
+        install.restrict_filesystem(ruleset["abi"], ruleset["handled_fs"],
+                                    ruleset["handled_net"], ruleset["scoped"] & ~abi.SCOPE_SIGNAL,
+                                    waiter, [])
     install.install_seccomp(bpf)
 
 
-def _run_init(done: int, bpf: bytes, ruleset: "tuple[Any, ...]") -> "NoReturn":
+def _run_init(done: int, bpf: bytes, ruleset: "dict[str, Any]") -> "NoReturn":
     """Pid 1 of the jail: holds no descriptor of the run but `done` (as fd
     0), confines itself and becomes `trunner-waiter init` (waiter.c), which
     reaps orphans, writes pid 2's end ("CODE STATUS" of waitid) on fd 0,
     then exits, which ends the namespace; after a seccomp kill it blocks
     until killed instead (pid 2 stays a zombie, for the helper to name)."""
     try:
-        install = _install()
-        install.set_parent_death_signal(_SIGKILL)  # kept across the exec
+        install.set_parent_death_signal(abi.SIGKILL)  # kept across the exec
         posix.chdir("/")  # the jail's root, not the helper's host jail dir
         posix.dup2(done, 0)
         posix.close(done)
@@ -543,7 +533,7 @@ def _run_init(done: int, bpf: bytes, ruleset: "tuple[Any, ...]") -> "NoReturn":
 def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes,
                       adapter: "list[str]") -> "NoReturn":
     """The helper, once pid 1 is forked: confine itself, then become
-    `trunner-waiter` (trunner/linux/waiter.c), which reads pid 2's end on
+    `trunner-waiter` (trunner/linux/kernel/waiter.c), which reads pid 2's end on
     `ends`, kills and reaps pid 1 (which ends the namespace), and leaves
     with pid 2's exit code, or, after a seccomp kill, writes JAIL_PID_NOTE
     and pid 2's host pid (found through `proc`) and dies of its signal. A
@@ -555,28 +545,30 @@ def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes,
         _confine_self(bpf, None)
         for fd in (ends, proc):
             posix.set_inheritable(fd, True)
-        _exec_waiter([_install().WAITER, str(ends), str(init), str(proc), str(REPORT_FD), "--",
+        _exec_waiter([install.WAITER, str(ends), str(init), str(proc), str(REPORT_FD), "--",
                       *adapter])
     except BaseException as e:
-        posix.kill(init, _SIGKILL)
+        posix.kill(init, abi.SIGKILL)
         _fail(SetupError(f"pid_namespace: helper: {type(e).__name__}: {e}"))
 
 
 def _close_inherited_fds() -> None:
     for fd in (0, 1, 2, REPORT_FD):
-        if posix.fstat(fd).st_mode & _S_IFMT != _S_IFIFO:
+        if posix.fstat(fd).st_mode & abi.S_IFMT != abi.S_IFIFO:
             raise SetupError(f"descriptors: fd {fd} is not the runner's pipe")
-    install = _install()
     install.set_cloexec(REPORT_FD)  # closed by the exec: EOF tells the parent it happened
     install.close_from(REPORT_FD + 1)
 
 
-def _restrict_filesystem(args: "tuple[Any, ...]") -> None:
-    _install().restrict_filesystem(*args)
+def _restrict_filesystem(ruleset: "dict[str, Any]") -> None:
+    paths = [(rule["path"], rule["dir_access"], rule["file_access"]) for rule in ruleset["paths"]]
+    ports = [(rule["port"], rule["access"]) for rule in ruleset["ports"]]
+    install.restrict_filesystem(ruleset["abi"], ruleset["handled_fs"], ruleset["handled_net"],
+                                   ruleset["scoped"], paths, ports)
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    _install().set_parent_death_signal(_SIGKILL)
+    install.set_parent_death_signal(abi.SIGKILL)
     # The parent may have died before the signal was armed.
     if posix.getppid() != parent_pid:
         raise SetupError("parent_death: the parent exited before the signal was armed")

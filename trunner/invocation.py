@@ -1,9 +1,10 @@
-"""One invocation, in four steps that `Runner` and the pool share.
+"""The pipeline of one invocation: start, serve, judge. `Runner` and the pool
+both go through `invoke`.
 
-`start` makes a fresh 0700 jail dir and the backend's jail and spawns the
-helper into them; `serve` supervises the started child to its end
-(nursery_run.py) and frees the jail; `discard` ends a started child that
-will serve nothing; `judge` turns the outcome into a response or a
+`start` opens a jail (a fresh 0700 jail dir and the backend's jail in it)
+and spawns the helper into it; `serve` supervises the started child to its
+end (nursery_run.py) and closes the jail; `discard` ends a started child
+that will serve nothing; `judge` turns the outcome into a response or a
 `RunnerError`. The jail dir and every host resource are released on every
 path, cancellation included; a jail dir that cannot be removed fails an
 otherwise clean run with `cleanup_failed`.
@@ -11,6 +12,7 @@ otherwise clean run with `cleanup_failed`.
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final
@@ -18,16 +20,14 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final
 import msgspec
 import trio
 
-from trunner.cleanup import make_jail_dir, remove_jail_dir
 from trunner.errors import Reason, RunnerError
-from trunner.helper import PROCESS_COUNT_EXIT
-from trunner.jail import Jail  # noqa: TC001  annotates the Started dataclass: kept real
+from trunner.jail import Jail, close_jail, open_jail
 from trunner.nursery_run import Outcome, supervise
-from trunner.protocol import HEADER_BYTES, decode_single_frame
+from trunner.protocol import HEADER_BYTES, decode_single_frame, encode_frame
 from trunner.spawn import Child, spawn
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from trunner.jail import JailBackend
     from trunner.limits import Limits
@@ -63,40 +63,27 @@ class Caps:
 class Started:
     """A spawned child in its jail, not yet given its request."""
 
-    jail_dir: str
     jail: Jail
     child: Child
 
 
-async def start(
-    backend: JailBackend, adapter_argv: tuple[str, ...], limits: Limits, temp_root: str | None
-) -> Started:
-    """Make a jail dir and a jail, and spawn the helper into them.
+async def start(backend: JailBackend, adapter_argv: Sequence[str], limits: Limits,
+                temp_root: str | None) -> Started:
+    """Open a jail and spawn the helper into it.
 
     Raises:
         RunnerError: `spawn_failed`, or the backend's refusal.
     """
+    jail = await open_jail(backend, adapter_argv, limits, temp_root)
     try:
-        jail_dir = make_jail_dir(temp_root)
-    except OSError as e:
-        raise RunnerError(
-            Reason.SPAWN_FAILED, f"cannot make the jail dir: {e.strerror} (errno {e.errno})"
-        ) from None
-    try:
-        jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits)
-        try:
-            return Started(jail_dir, jail, await spawn(jail.command))
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await jail.release()
-            raise
+        return Started(jail, await spawn(jail))
     except BaseException:
-        await remove_jail_dir(jail_dir)  # the error in flight is the reason
+        await close_jail(jail)
         raise
 
 
 async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
-    """Feed `frame` to a started child, see it to its end, free its jail.
+    """Feed `frame` to a started child, see it to its end, close its jail.
     The deadline starts now."""
     deadline = trio.current_time() + caps.wall_time_s
     try:
@@ -108,53 +95,37 @@ async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
             stderr_max_bytes=caps.stderr_max_bytes,
         )
     finally:
-        with trio.CancelScope(shield=True):
-            oom_kills = started.jail.oom_kills()
-            await started.jail.release()
-        gone = await remove_jail_dir(started.jail_dir)
+        oom_kills = started.jail.oom_kills()
+        gone = await close_jail(started.jail)
     if oom_kills:  # a breach fails the run, as a cap does, whatever the exit
         outcome.fail(Reason.MEMORY_LIMIT, f"the run went past memory_bytes: the kernel killed"
                      f" {oom_kills} of its processes")
     if not gone and outcome.exit_code == 0:  # else the run already failed: that reason wins
-        outcome.fail(Reason.CLEANUP_FAILED, f"cannot remove the jail dir {started.jail_dir}")
+        outcome.fail(Reason.CLEANUP_FAILED, f"cannot remove the jail dir {started.jail.jail_dir}")
     return outcome
 
 
 async def discard(started: Started) -> None:
     """End a started child that will serve nothing (an idle pooled worker)."""
-    with trio.CancelScope(shield=True):
-        child = started.child
-        try:
-            child.kill_group()
-            await child.wait_exit()
-            child.reap()
-            child.read_report()
-            await child.aclose_streams()
-            await started.jail.release()
-        finally:
-            await remove_jail_dir(started.jail_dir)
+    try:
+        await started.child.aclose()
+    finally:
+        await close_jail(started.jail)
 
 
-def judge(
-    outcome: Outcome,
-    backend: JailBackend,
-    stdout_max_bytes: int,
-    response_type: Any = Any,  # noqa: ANN401  a msgspec type form, as in Runner.run
-) -> Any:  # noqa: ANN401  whatever `response_type` decodes to
+def judge(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
+          response_type: Any = Any) -> Any:  # noqa: ANN401  a msgspec type form, and its value
     """The verdict on one finished invocation: its response, or the error."""
     code = outcome.exit_code
     if outcome.failure is not None:
         raise RunnerError(outcome.failure, outcome.detail, **_status(code))
     assert code is not None
-    if outcome.report is not None:  # only the helper can write it
-        reason = Reason.PROCESS_COUNT if code == PROCESS_COUNT_EXIT else Reason.SANDBOX_SETUP
-        raise RunnerError(reason, outcome.report, exit_status=code if code >= 0 else None)
+    failure = jail.explain(code, outcome.report, outcome.started_us)
     excerpt = outcome.stderr[-STDERR_EXCERPT_BYTES:].decode(errors="replace").strip()
-    if code < 0:
-        reason, detail = backend.explain_death(-code, outcome.pid, outcome.started_us)
-        if reason is Reason.KILLED_BY_SIGNAL:
-            detail += f"; stderr: {excerpt}"
-        raise RunnerError(reason, detail, signal=-code)
+    if failure is not None:
+        if failure.reason is Reason.KILLED_BY_SIGNAL:
+            failure = dataclasses.replace(failure, detail=f"{failure.detail}; stderr: {excerpt}")
+        raise failure.error()
     if code != 0:
         raise RunnerError(
             Reason.NONZERO_EXIT, f"exited {code}; stderr: {excerpt}", exit_status=code
@@ -162,6 +133,29 @@ def judge(
     return decode_single_frame(
         outcome.stdout, response_type, max_body_bytes=max(stdout_max_bytes - HEADER_BYTES, 0)
     )
+
+
+async def invoke(
+    backend: JailBackend, adapter_argv: Sequence[str], limits: Limits, temp_root: str | None,
+    request: object, caps: Caps, response_type: Any = Any,  # noqa: ANN401  as in judge
+    *, started: Started | None = None,
+) -> Result[Any]:
+    """One invocation: `request` served by `started` (a prewarmed child) or
+    by a child started now, judged. Nothing but a `RunnerError` (or the
+    caller's cancellation) leaves it."""
+    with only_runner_errors():
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()  # nothing starts in a cancelled scope
+            frame = encode_frame(request)
+            version = backend.rules_version(limits)
+        except BaseException:
+            if started is not None:  # a prewarmed child that will serve nothing
+                await discard(started)
+            raise
+        if started is None:
+            started = await start(backend, adapter_argv, limits, temp_root)
+        outcome = await serve(started, frame, caps)
+        return Result(judge(outcome, started.jail, caps.stdout_max_bytes, response_type), version)
 
 
 @contextmanager

@@ -1,10 +1,16 @@
-"""The jail contract every subprocess adapter runs under.
+"""The backend seam: the jail contract every subprocess adapter runs under.
 
-A `JailBackend` turns (worker, adapter argv, limits, jail dir) into a
+A `JailBackend` turns (adapter argv, limits, jail dir) into a `Jail`: the
 `Command` whose first stage is the worker's helper mode with the backend's
-setup plan: a cleared environment holding only the names the backend sets,
-the jail dir as cwd. The spawn adds piped stdio and a fresh process group.
-`platform_backend()` is the only place that reads `sys.platform`.
+setup plan (a cleared environment holding only the names the backend sets,
+the jail dir as cwd), the rules version it enforces, and what the jail
+holds on the host until `release`. The `Jail` also reads the run's end: it
+explains the helper's exit and report (`explain`), and waits, at teardown,
+until nothing of the run is left (`wait_gone`). `open_jail` and
+`close_jail` make and remove the jail dir around it, each listed with the
+platform's watchdog first. This module is the only generic one that
+imports the platform's package, and `platform_backend()` the only place
+that reads `sys.platform`.
 """
 
 from __future__ import annotations
@@ -14,7 +20,14 @@ from collections.abc import Mapping  # noqa: TC003  annotates the Command datacl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from trunner import cleanup
 from trunner.errors import Reason, RunnerError
+
+# The helper's exit codes (constants both sides of the Linux jail share).
+from trunner.linux.kernel.abi import (
+    PROCESS_COUNT_EXIT as PROCESS_COUNT_EXIT,
+    SANDBOX_SETUP_EXIT as SANDBOX_SETUP_EXIT,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -29,11 +42,6 @@ class Command:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     cwd: str
-    #: A run's cgroups (newline-separated: pids and memory are two on
-    #: cgroup v1), which the watchdog removes if the parent dies.
-    cgroup: str | None = None
-    #: The jail dir, which the watchdog removes if the parent dies.
-    jail_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,7 @@ class HostSupport:
     refusal: Reason | None = None
     refusal_detail: str = ""
     #: The namespace kinds this host lets a jail create (user, net, mount,
-    #: pid, ipc, uts).
+    #: pid, ipc, uts, cgroup).
     namespaces: tuple[str, ...] = ()
 
     @property
@@ -78,28 +86,60 @@ class HostSupport:
         return self.refusal is None
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Why a child's end is not a reply: a reason, a detail, and the exit
+    code or signal to carry on the `RunnerError`."""
+
+    reason: Reason
+    detail: str
+    exit_status: int | None = None
+    signal: int | None = None
+
+    def error(self) -> RunnerError:
+        return RunnerError(self.reason, self.detail, exit_status=self.exit_status,
+                           signal=self.signal)
+
+
 class Jail(Protocol):
     """One invocation's jail: its command and the host resources it holds."""
 
     command: Command
+    #: The host dir the jail's first stage runs in (made by `open_jail`).
+    jail_dir: str
 
-    async def release(self) -> None:
-        """Free what the jail holds on the host. Call once the process group
-        is dead and reaped."""
+    def spawned(self, pgid: int) -> None:
+        """The command runs as group `pgid`: list it with the watchdog."""
+
+    def killed(self, pgid: int) -> None:
+        """The group was SIGKILLed; its leader is about to be reaped."""
+
+    async def wait_gone(self, pgid: int, report: bytes) -> None:
+        """After the leader's reap: wait, bounded, until no process of the
+        run is left, wherever it went (its group or not)."""
 
     def oom_kills(self) -> int:
         """Processes the kernel killed for the run's memory bound (0 where
         there is no per-run memory bound). Call before `release`."""
 
+    async def release(self) -> None:
+        """Free what the jail holds on the host (not the jail dir). Call
+        once the run is gone."""
+
+    def explain(self, exit_code: int, report: bytes, started_us: int) -> Failure | None:
+        """What the first stage's end means: its refusal (from `report`), a
+        signal death, or None for a program that exited `exit_code` >= 0."""
+
 
 class JailBackend(Protocol):
     """Builds jailed commands for one platform, and owns its platform facts.
 
-    `open_jail()` returns a command with a cleared environment, the jail dir
-    as cwd and the helper stage first; the child gets the helper's report
-    pipe as fd 3. It raises `RunnerError` with `sandbox_setup`,
-    `process_limit_unavailable` or `spawn_failed` where this host cannot
-    apply the rules. It never returns a command that would run unconfined.
+    `open_jail()` returns a jail whose command has a cleared environment,
+    the jail dir as cwd and the helper stage first; the child gets the
+    helper's report pipe as fd 3. It raises `RunnerError` with
+    `sandbox_setup`, `process_limit_unavailable` or `spawn_failed` where
+    this host cannot apply the rules. It never returns a command that would
+    run unconfined.
     """
 
     #: The worker binary whose helper mode starts every jail.
@@ -108,37 +148,125 @@ class JailBackend(Protocol):
     import_paths: tuple[str, ...]
 
     def probe(self) -> HostSupport:
-        """What the host supports (cached; read-only: changes nothing)."""
+        """What the host supports (read once, changes nothing)."""
 
     def check(self) -> None:
         """Raise the refusal `RunnerError` if a run here would be refused."""
 
-    def open_jail(
-        self,
-        *,
-        jail_dir: str,
-        adapter_argv: Sequence[str],
-        limits: Limits,
-    ) -> Jail:
+    def adapter_argv(self, mode: str) -> tuple[str, ...]:
+        """How the helper execs the adapter of `mode`."""
+
+    def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits) -> Jail:
         """Build one invocation's jail. Raises `RunnerError` on refusal."""
 
     def rules_document(self, limits: Limits) -> dict[str, Any]:
         """What the effective rules version hashes for runs with `limits`."""
 
-    def explain_death(self, signal: int, pid: int, started_us: int) -> tuple[Reason, str]:
-        """The reason and detail for a worker killed by `signal`."""
+    def rules_version(self, limits: Limits) -> str:
+        """The effective rules version for runs with `limits`."""
+
+    def sweep(self, temp_root: str | None) -> list[str]:
+        """Remove what dead owners of this uid left (jail dirs, cgroups)."""
 
 
-def platform_backend(worker: str, **options: object) -> JailBackend:
-    """The jail backend for this platform.
+def platform_backend(worker: str, *, provider: Mapping[str, Any] | None = None,
+                     **options: object) -> JailBackend:
+    """The jail backend for this platform; `provider` configures the provider
+    profile (`trunner.linux.profile.ProviderConfig`) instead of the default.
 
     Raises:
         RunnerError: `unsupported_platform` off Linux.
+        ValueError: a bad provider configuration.
     """
     if sys.platform == "linux":
         from trunner.linux.backend import LinuxBackend
 
+        if provider is not None:
+            from trunner.linux.profile import provider_profile
+
+            options["profile"] = provider_profile(provider)
         return LinuxBackend(worker, **options)  # type: ignore[arg-type]
     raise RunnerError(
         Reason.UNSUPPORTED_PLATFORM, f"no jail backend for {sys.platform}; refusing to run unjailed"
     )
+
+
+def provider_profile_template_blake3() -> str | None:
+    """The BLAKE3 of the provider jail profile template on this platform, or
+    None where no provider profile is measured (no backend here). Part of
+    the effective rules version whenever a provider is configured."""
+    if sys.platform != "linux":
+        return None
+    from trunner.linux.profile import template_blake3
+
+    return template_blake3()
+
+
+def host_report() -> dict[str, Any]:
+    """What holds on this host, layer by layer (`trunner doctor`); {} where
+    there is no backend."""
+    if sys.platform != "linux":
+        return {}
+    from trunner.linux.probe import host_report as linux_report
+
+    return linux_report()
+
+
+# -- jail dirs ---------------------------------------------------------------------
+
+
+def _watchdog() -> Any:  # noqa: ANN401  the platform's watchdog module
+    from trunner.linux import watchdog
+
+    return watchdog
+
+
+def make_jail_dir(temp_root: str | None) -> str:
+    """A fresh 0700 jail dir (`cleanup.make_jail_dir`), listed with the
+    watchdog before it exists.
+
+    Raises:
+        RunnerError: `spawn_failed` if it cannot be made.
+    """
+    watchdog = _watchdog()
+    try:
+        return cleanup.make_jail_dir(temp_root, lambda path: watchdog.hold(None, path),
+                                     watchdog.forget)
+    except OSError as e:
+        raise RunnerError(
+            Reason.SPAWN_FAILED, f"cannot make the jail dir: {e.strerror} (errno {e.errno})"
+        ) from None
+
+
+async def remove_jail_dir(path: str) -> bool:
+    """Remove a jail dir, whatever the run left in it; whether it is gone.
+    Once it is, the watchdog stops listing it."""
+    return await cleanup.remove_jail_dir(path, _watchdog().forget)
+
+
+async def open_jail(backend: JailBackend, adapter_argv: Sequence[str], limits: Limits,
+                    temp_root: str | None) -> Jail:
+    """A jail dir and the backend's jail in it.
+
+    Raises:
+        RunnerError: `spawn_failed`, or the backend's refusal.
+    """
+    jail_dir = make_jail_dir(temp_root)
+    try:
+        return backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits)
+    except BaseException:
+        await remove_jail_dir(jail_dir)  # the error in flight is the reason
+        raise
+
+
+async def close_jail(jail: Jail) -> bool:
+    """Free what `jail` holds and remove its dir, once the run is gone;
+    whether the dir is gone. Runs to the end under cancellation."""
+    import trio
+
+    with trio.CancelScope(shield=True):
+        try:
+            await jail.release()
+        finally:
+            gone = await remove_jail_dir(jail.jail_dir)
+    return gone

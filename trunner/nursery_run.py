@@ -4,9 +4,10 @@ The process wait, the stdout drain, the stderr drain, the stdin feeder and
 the deadline-scoped killer are siblings in one nursery. A deadline or a cap
 breach records its reason (the first one wins) and cancels the scope; on
 every path, clean exit included, the whole process group is SIGKILLed while
-the leader is still unreaped, then the leader is reaped. The post-exit drain
-join is bounded, so an escaped descendant holding a pipe costs at most
-`DRAIN_GRACE_S`. Uses trio time only, so a MockClock drives every timeout.
+the leader is still unreaped, then `Child.aclose()` reaps it and waits until
+nothing of the run is left. The post-exit drain join is bounded, so an
+escaped descendant holding a pipe costs at most `DRAIN_GRACE_S`. Uses trio
+time only, so a MockClock drives every timeout.
 """
 
 from __future__ import annotations
@@ -35,13 +36,13 @@ class Outcome:
     """What happened, before anyone judges it. Holds at most cap + 1 bytes
     per stream."""
 
-    pid: int = 0
     started_us: int = 0  # CLOCK_MONOTONIC at spawn
     exit_code: int | None = None  # negative: killed by that signal
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
-    #: The helper's refusal, from its report pipe (None: it exec'd).
-    report: str | None = None
+    #: What the helper's report pipe carried (its notes, and its refusal
+    #: if it refused); the jail reads it.
+    report: bytes = b""
     failure: Reason | None = None
     detail: str = ""
 
@@ -66,7 +67,7 @@ async def supervise(
     cancellation from outside, does the same before `Cancelled` propagates.
     `deadline` is absolute, on trio's clock.
     """
-    result = Outcome(pid=child.pid, started_us=child.started_us)
+    result = Outcome(started_us=child.started_us)
 
     def breach(reason: Reason, detail: str) -> None:
         result.fail(reason, detail)
@@ -133,12 +134,6 @@ async def supervise(
                 " and its process group was killed",
             )
     finally:
-        with trio.CancelScope(shield=True):
-            child.kill_group()
-            await child.wait_exit()
-            result.exit_code = os.waitstatus_to_exitcode(child.reap())
-            await child.wait_group_gone()
-            result.report = child.read_report()
-            result.pid = child.jail_pid or child.pid  # whose kernel-log records count
-            await child.aclose_streams()
+        await child.aclose()
+        result.exit_code, result.report = child.exit_code, child.report
     return result

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from trunner import invocation
+from trunner import invocation, workdir
 from trunner.errors import RunnerError
-from trunner.protocol import ExecFile, ExecResult, encode_frame
-from trunner.worker import adapter_argv
+from trunner.protocol import ExecFile, ExecResult
 
 #: Pause before retrying a refill that could not spawn.
 REFILL_BACKOFF_S = 1.0
@@ -29,24 +28,25 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
 
     from trunner.invocation import Result
+    from trunner.jail import JailBackend
     from trunner.limits import Limits
-    from trunner.runner import Runner
 
 
 class WorkerPool:
     """Use as `async with runner.pool(mode) as pool:`; see `Runner.pool`."""
 
     def __init__(
-        self, runner: Runner, mode: str, *, size: int, limits: Limits, idle_s: float
+        self, backend: JailBackend, mode: str, adapter_argv: tuple[str, ...], limits: Limits,
+        temp_root: str | None, *, size: int, idle_s: float
     ) -> None:
         if size < 1:
             raise ValueError("pool size must be at least 1")
         if idle_s <= 0:
             raise ValueError("idle_s must be positive")
-        self._runner, self._limits = runner, limits
+        self._backend, self._limits, self._temp_root = backend, limits, temp_root
         self._caps = invocation.Caps.of(limits)
         self._mode = mode
-        self._argv = adapter_argv(runner.worker, mode)
+        self._argv = adapter_argv
         self.size, self.idle_s = size, idle_s
         self._idle: deque[invocation.Started] = deque()
         self._last_use = 0.0
@@ -97,13 +97,11 @@ class WorkerPool:
     ) -> Result[ExecResult]:
         """`Runner.exec` on a prewarmed worker of a `runner.pool("exec")`:
         the same checks, caps and verdict."""
-        from trunner.runner import check_exec_reply, exec_request
-
         if self._mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
-        request, caps = exec_request(argv, stdin, files, collect, self._limits)
+        request, caps = workdir.exec_request(argv, stdin, files, collect, self._limits)
         result: Result[ExecResult] = await self._serve(request, caps, ExecResult)
-        check_exec_reply(result.response, self._limits, request.collect)
+        workdir.check_exec_reply(result.response, self._limits, request.collect)
         return result
 
     async def _serve(
@@ -111,32 +109,22 @@ class WorkerPool:
     ) -> Result[Any]:
         if not self._open:
             raise RuntimeError("use the pool inside `async with runner.pool(...)`")
-        runner = self._runner
-        with invocation.only_runner_errors():
-            frame = encode_frame(request)
-            version = runner.rules_version(self._limits)
-            self._last_use = trio.current_time()
-            try:
-                # A worker that died while idle (e.g. a refused setup) is served all
-                # the same, so the caller gets its real reason, not a silent respawn.
-                if self._idle:
-                    started = self._idle.popleft()
-                else:
-                    started = await invocation.start(runner.backend, self._argv,
-                                                     self._limits, runner.temp_root)
-                outcome = await invocation.serve(started, frame, caps)
-            finally:
-                # Refill after the reply, not before: a new worker's start-up
-                # (helper, adapter imports: most of an invocation's CPU) would
-                # compete with this run for the CPU.
-                self._wanted.set()
-            response = invocation.judge(outcome, runner.backend, caps.stdout_max_bytes,
-                                        response_type)
-        return invocation.Result(response, version)
+        self._last_use = trio.current_time()
+        # A worker that died while idle (e.g. a refused setup) is served all
+        # the same, so the caller gets its real reason, not a silent respawn.
+        started = self._idle.popleft() if self._idle else None
+        try:
+            return await invocation.invoke(self._backend, self._argv, self._limits,
+                                           self._temp_root, request, caps, response_type,
+                                           started=started)
+        finally:
+            # Refill after the reply, not before: a new worker's start-up
+            # (helper, adapter imports: most of an invocation's CPU) would
+            # compete with this run for the CPU.
+            self._wanted.set()
 
     async def _refill(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                       ) -> None:
-        runner = self._runner
         ready = False
 
         def announce() -> None:
@@ -156,8 +144,8 @@ class WorkerPool:
                 await self._wanted.wait()
             elif len(self._idle) < self.size:
                 try:
-                    started = await invocation.start(runner.backend, self._argv, self._limits,
-                                                     runner.temp_root)
+                    started = await invocation.start(self._backend, self._argv, self._limits,
+                                                     self._temp_root)
                 except RunnerError:
                     # run() starts its own worker and reports the reason.
                     announce()

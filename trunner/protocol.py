@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from trunner.errors import Reason, RunnerError
-from trunner.wire import (
+from trunner.worker.wire import (
     EXEC_COLLECT_MAX_FILES as EXEC_COLLECT_MAX_FILES,
     EXEC_INPUT_MAX_BYTES as EXEC_INPUT_MAX_BYTES,
     EXEC_INPUT_MAX_FILES as EXEC_INPUT_MAX_FILES,

@@ -1,42 +1,32 @@
 """`Runner`: runs worker modes under the platform jail.
 
-One call to `run()` is one invocation (invocation.py): a fresh 0700 temp dir
-as the jail, the backend's jailed command, one supervised child
-(nursery_run.py), then a verdict: a response only from a child that exited
-0 after writing exactly one complete frame, otherwise a `RunnerError`.
-Nothing but a `RunnerError` (or the caller's own cancellation) leaves
-`run()`.
+The runner knows modes and limits; what one call does is invocation.py's
+pipeline: a fresh 0700 temp dir as the jail, the backend's jailed command,
+one supervised child (nursery_run.py), then a verdict: a response only from
+a child that exited 0 after writing exactly one complete frame, otherwise a
+`RunnerError`. Nothing but a `RunnerError` (or the caller's own
+cancellation) leaves `run()`.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.machinery
 import os
 import re
 from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
-import trio
-
-from trunner import cleanup, invocation, workdir
-from trunner.adapters import BUILTIN_MODES
+from trunner import invocation, workdir
 from trunner.errors import Reason, RunnerError
-from trunner.invocation import Result
 from trunner.jail import JailBackend, platform_backend
 from trunner.limits import Limits
-from trunner.protocol import (
-    EXEC_COLLECT_MAX_FILES,
-    ExecFile,
-    ExecRequest,
-    ExecResult,
-    encode_frame,
-    exec_frame_bytes,
-)
-from trunner.worker import adapter_argv, locate_worker
+from trunner.protocol import ExecFile, ExecResult
+from trunner.worker import locate_worker
+from trunner.worker.adapters import BUILTIN_MODES
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from trunner.invocation import Result
     from trunner.pool import WorkerPool
 
 T = TypeVar("T")
@@ -54,10 +44,10 @@ class Runner:
             may read them and they become the worker's PYTHONPATH.
         temp_root: where jail dirs are made (default: the system temp dir);
             the leftovers of dead owners there, and their cgroups, are
-            removed here (`trunner.cleanup.sweep`).
+            removed here (`JailBackend.sweep`).
         worker: the worker binary (default: `locate_worker()`).
         provider: configure the provider profile (`ports`, `hosts`,
-            `read_only`; see `trunner.profile.ProviderConfig`) instead of the
+            `read_only`; see `trunner.linux.profile.ProviderConfig`) instead of the
             default no-network profile. Checked here, before any spawn.
         host_ids: as root, the host ids (uid == gid) the jails run as, one
             per concurrent run (default `trunner.linux.ids.DEFAULT_RANGE`:
@@ -100,17 +90,13 @@ class Runner:
                     raise ValueError(f"import path {path!r} is not a directory")
             self.worker = worker if worker is not None else locate_worker()
             options: dict[str, Any] = {"import_paths": self.import_paths}
-            if provider is not None:
-                from trunner.profile import provider_profile
-
-                options["profile"] = provider_profile(provider)
             if host_ids is not None:
                 options["host_ids"] = host_ids
-            self._backend = platform_backend(self.worker, **options)
+            self._backend = platform_backend(self.worker, provider=provider, **options)
         self._backend.check()
         # What dead owners (processes that used trunner here) left, never a live one's.
-        cleanup.sweep(temp_root, cleanup.cgroup_parents(self._backend.probe()))
-        self._versions: dict[Limits, str] = {}
+        self._backend.sweep(temp_root)
+        self._entry_points: dict[str, str] | None = None
 
     @property
     def backend(self) -> JailBackend:
@@ -118,12 +104,7 @@ class Runner:
 
     def rules_version(self, limits: Limits | None = None) -> str:
         """The effective rules version for runs with `limits`."""
-        from trunner.rules import effective_rules_version
-
-        limits = limits or self.limits
-        if limits not in self._versions:
-            self._versions[limits] = effective_rules_version(self._backend, limits)
-        return self._versions[limits]
+        return self._backend.rules_version(limits or self.limits)
 
     def resolve_mode(self, mode: str) -> str:
         """The mode as the worker understands it.
@@ -133,9 +114,12 @@ class Runner:
         """
         if mode in BUILTIN_MODES:
             return mode
-        entry_points = _mode_entry_points()
-        if mode in entry_points:
-            return entry_points[mode]
+        if self._entry_points is None:
+            from importlib.metadata import entry_points
+
+            self._entry_points = {ep.name: ep.value for ep in entry_points(group="trunner.modes")}
+        if mode in self._entry_points:
+            return self._entry_points[mode]
         if _SPEC.match(mode):
             top = mode.split(":")[0].split(".")[0]
             search = [*self.import_paths, *_site_paths()]
@@ -174,8 +158,9 @@ class Runner:
             RunnerError: with any `Reason`; never with a partial result.
         """
         limits = self._limits(limits)
-        return await self._run(adapter_argv(self.worker, self.resolve_mode(mode)), request, limits,
-                               invocation.Caps.of(limits), response_type)
+        argv = self._backend.adapter_argv(self.resolve_mode(mode))
+        return await invocation.invoke(self._backend, argv, limits, self.temp_root, request,
+                                       invocation.Caps.of(limits), response_type)
 
     async def exec(
         self,
@@ -202,10 +187,11 @@ class Runner:
                 `EXEC_COLLECT_MAX_FILES` files match; any other `Reason`.
         """
         limits = self._limits(limits)
-        request, caps = exec_request(argv, stdin, files, collect, limits)
-        result: Result[ExecResult] = await self._run(
-            adapter_argv(self.worker, "exec"), request, limits, caps, ExecResult)
-        check_exec_reply(result.response, limits, request.collect)
+        request, caps = workdir.exec_request(argv, stdin, files, collect, limits)
+        result: Result[ExecResult] = await invocation.invoke(
+            self._backend, self._backend.adapter_argv("exec"), limits, self.temp_root, request,
+            caps, ExecResult)
+        workdir.check_exec_reply(result.response, limits, request.collect)
         return result
 
     def _limits(self, limits: Limits | None) -> Limits:
@@ -213,21 +199,6 @@ class Runner:
         if not isinstance(limits, Limits):
             raise TypeError("limits must be a trunner.Limits")
         return limits
-
-    async def _run(
-        self, adapter_argv: tuple[str, ...], request: object, limits: Limits,
-        caps: invocation.Caps, response_type: Any,  # noqa: ANN401
-    ) -> Result[Any]:
-        await trio.lowlevel.checkpoint_if_cancelled()  # nothing starts in a cancelled scope
-        with invocation.only_runner_errors():
-            frame = encode_frame(request)
-            rules_version = self.rules_version(limits)
-            started = await invocation.start(self._backend, adapter_argv, limits,
-                                             self.temp_root)
-            outcome = await invocation.serve(started, frame, caps)
-            response = invocation.judge(outcome, self._backend, caps.stdout_max_bytes,
-                                        response_type)
-        return Result(response, rules_version)
 
     def pool(
         self, mode: str, *, size: int = 2, limits: Limits | None = None, idle_s: float = 60.0
@@ -243,70 +214,9 @@ class Runner:
         """
         from trunner.pool import WorkerPool
 
-        limits = self.limits if limits is None else limits
-        return WorkerPool(self, self.resolve_mode(mode), size=size, limits=limits, idle_s=idle_s)
-
-
-def exec_request(
-    argv: Sequence[str], stdin: bytes, files: Mapping[str, bytes | ExecFile] | None,
-    collect: Sequence[str], limits: Limits,
-) -> tuple[ExecRequest, invocation.Caps]:
-    """A checked `exec` request, and the caps the parent enforces for it.
-
-    Raises:
-        RunnerError: `bad_request`, before anything is spawned.
-    """
-    with invocation.only_runner_errors():
-        placed = workdir.check_files(files, stdin_bytes=len(stdin),
-                                     file_size_bytes=limits.file_size_bytes)
-        patterns = workdir.check_patterns(collect)
-        request = ExecRequest(
-            argv=list(argv),
-            stdin=stdin,
-            files=placed,
-            collect=patterns,
-            stdout_max_bytes=limits.stdout_max_bytes,
-            stderr_max_bytes=limits.stderr_max_bytes,
-        )
-    caps = invocation.Caps(limits.wall_time_s, exec_frame_bytes(
-        limits.stdout_max_bytes, limits.stderr_max_bytes, patterns), limits.stderr_max_bytes)
-    return request, caps
-
-
-def check_exec_reply(response: ExecResult, limits: Limits, patterns: Sequence[str]) -> None:
-    """The exec adapter returns one byte past a cap it saw crossed, and one
-    file past the bound of collected files; it returns only files that the
-    requested patterns match, and names only those patterns unmatched."""
-    cap = limits.stdout_max_bytes
-    if len(response.stdout) > cap:
-        raise RunnerError(Reason.STDOUT_CAP,
-                          f"the program's stdout went over its cap of {cap} bytes")
-    err_cap = limits.stderr_max_bytes
-    if len(response.stderr) > err_cap:
-        raise RunnerError(Reason.STDERR_CAP,
-                          f"the program's stderr went over its cap of {err_cap} bytes")
-    if len(response.files) > EXEC_COLLECT_MAX_FILES:
-        raise RunnerError(Reason.STDOUT_CAP, f"the collect patterns matched more than"
-                          f" {EXEC_COLLECT_MAX_FILES} files")
-    collected = sum(len(f.data) for f in response.files)
-    if len(response.stdout) + collected > cap:
-        raise RunnerError(Reason.STDOUT_CAP, f"the program's stdout ({len(response.stdout)} bytes)"
-                          f" and the collected files went over the stdout cap of {cap} bytes")
-    if not workdir.check_collected(response.files):
-        raise RunnerError(Reason.BAD_FRAME, "a collected file's path or size is malformed")
-    for file in response.files:
-        if not any(workdir.matches(pattern, file.path) for pattern in patterns):
-            raise RunnerError(Reason.BAD_FRAME,
-                              f"collected {file.path!r}, which no requested pattern matches")
-    if not set(response.unmatched) <= set(patterns):
-        raise RunnerError(Reason.BAD_FRAME, "the reply names an unmatched pattern not requested")
-
-
-@functools.cache
-def _mode_entry_points() -> dict[str, str]:
-    from importlib.metadata import entry_points
-
-    return {ep.name: ep.value for ep in entry_points(group="trunner.modes")}
+        mode = self.resolve_mode(mode)
+        return WorkerPool(self._backend, mode, self._backend.adapter_argv(mode),
+                          self._limits(limits), self.temp_root, size=size, idle_s=idle_s)
 
 
 def _site_paths() -> list[str]:

@@ -1,4 +1,4 @@
-"""Starting a child and owning its pid until it is reaped.
+"""Starting a jail's command and owning its pid until nothing of it is left.
 
 Every child is forked from one long-lived thread, so that a parent-death
 signal armed in the child (it follows the forking *thread*) fires only when
@@ -6,7 +6,8 @@ the process dies; trio's own spawn forks from a worker thread it retires
 after idling. The parent keeps a pidfd so it can wait for exit without
 reaping, kill the group while the leader's pid is still held, then reap.
 Besides stdio, the child gets the write end of a report pipe; its number is
-appended to argv's helper stage by the backend's command (`{report_fd}`).
+put in argv's helper stage (`{report_fd}`). `Child.aclose()` is the one
+teardown, on every path.
 """
 
 from __future__ import annotations
@@ -26,37 +27,19 @@ import outcome
 import trio
 
 from trunner.errors import Reason, RunnerError
-from trunner.helper import JAIL_PID_NOTE
-from trunner.linux import watchdog
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from trunner.jail import Command
+    from trunner.jail import Jail
 
 #: Pipe buffer asked for on stdout: 1 MiB reads then move a whole pipe at once.
 PIPE_BYTES = 1024 * 1024
 
 
-def _live_members(pgid: int) -> bool:
-    """Whether a process of group `pgid` is alive (not a zombie): /proc/PID/stat
-    has the state and the pgrp after the command's closing parenthesis."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
-        except OSError:
-            continue  # gone while we looked
-        if int(pgrp) == pgid and state not in (b"Z", b"X"):
-            return True
-    return False
-
-
 @dataclass(eq=False)
 class Child:
-    """A spawned process-group leader that has not been reaped yet."""
+    """A spawned process-group leader in its jail, until `aclose()`."""
 
     pid: int
     pidfd: int
@@ -67,72 +50,59 @@ class Child:
     stdout: trio.lowlevel.FdStream
     stderr: trio.lowlevel.FdStream
     #: Read end of the helper's report pipe (non-blocking).
-    report: int
+    report_fd: int
+    jail: Jail
     _popen: subprocess.Popen[bytes]
-    wait_status: int | None = None
-    #: The jail's own host pid (the helper's child in the PID namespace),
-    #: when the helper noted it on the report pipe (a seccomp death).
-    jail_pid: int | None = None
+    #: Once closed: the leader's exit code (negative: killed by that
+    #: signal) and everything the report pipe carried.
+    exit_code: int | None = None
+    report: bytes = b""
+    _closed: bool = False
 
     async def wait_exit(self) -> None:
         """Wait until the leader exits, without reaping it."""
         await trio.lowlevel.wait_readable(self.pidfd)
 
     def kill_group(self) -> None:
-        """SIGKILL the whole process group. Safe until `reap()`: the
+        """SIGKILL the whole process group. Safe until the reap: the
         unreaped leader holds the pgid, so it cannot name another group."""
-        if self.wait_status is None:
+        if self.exit_code is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.pid, signal.SIGKILL)
 
-    def reap(self) -> int:
-        """Collect the exited leader, after `kill_group()`; returns the raw
-        wait status."""
-        if self.wait_status is None:
-            watchdog.unwatch(self.pid)
-            _, status = os.waitpid(self.pid, 0)
-            self.wait_status = status
-            self._popen.returncode = os.waitstatus_to_exitcode(status)
-            os.close(self.pidfd)
-        return self.wait_status
-
-    async def wait_group_gone(self, bound_s: float = 1.0) -> None:
-        """After `kill_group()` and `reap()`: wait, at most `bound_s`, until
-        no member of the group is alive (a zombie is dead). SIGKILL is
-        delivered asynchronously: a descendant may still be exiting when the
-        leader is reaped (as root the run's cgroup is emptied too; not root,
-        this is the only wait). Members cannot leave the group (setsid and
-        setpgid are denied) nor fork once killed. Only signal 0 is sent after
-        the reap: the pgid names this group while any member holds it."""
-        deadline = trio.current_time() + bound_s
-        while True:
+    async def aclose(self) -> None:
+        """End the child, whatever state it is in, and see everything of it
+        gone: SIGKILL the group, wait for the leader's exit, unlist and reap
+        it, read the report pipe, wait (bounded) until no process of the run
+        is left, close every pipe. Shielded and idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
             try:
-                os.killpg(self.pid, 0)  # the usual case: no member at all
-            except (ProcessLookupError, PermissionError):
-                return
-            if not _live_members(self.pid) or trio.current_time() >= deadline:
-                return
-            await trio.sleep(0.001)
+                self.kill_group()
+                await self.wait_exit()
+                self.jail.killed(self.pid)
+                # The leader has exited (its pidfd said so): this does not block.
+                _, status = os.waitpid(self.pid, 0)  # noqa: ASYNC222
+                self.exit_code = os.waitstatus_to_exitcode(status)
+                self._popen.returncode = self.exit_code
+                os.close(self.pidfd)
+                self.report = _read_all(self.report_fd)
+                await self.jail.wait_gone(self.pid, self.report)
+            finally:
+                os.close(self.report_fd)
+                for stream in (self.stdin, self.stdout, self.stderr):
+                    await stream.aclose()
 
-    def read_report(self) -> str | None:
-        """After `reap()`: the helper's refusal, or None if it exec'd the
-        adapter (the pipe reached EOF with nothing in it). Closes the pipe."""
-        data = b""
-        try:
-            while chunk := os.read(self.report, 4096):
-                data += chunk
-        except BlockingIOError:
-            pass  # a writer is left (impossible once reaped): no report
-        finally:
-            os.close(self.report)
-        if data.startswith(JAIL_PID_NOTE):  # a note, not a refusal
-            note, _, data = data.partition(b"\n")
-            self.jail_pid = int(note[len(JAIL_PID_NOTE):])
-        return data.decode(errors="replace") if data else None
 
-    async def aclose_streams(self) -> None:
-        for stream in (self.stdin, self.stdout, self.stderr):
-            await stream.aclose()
+def _read_all(fd: int) -> bytes:
+    """What a non-blocking pipe holds (all of it, once its writers are gone)."""
+    data = b""
+    with contextlib.suppress(BlockingIOError):  # a writer is left: impossible once reaped
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    return data
 
 
 class _SpawnThread:
@@ -168,7 +138,8 @@ def _spawn_thread() -> _SpawnThread:
 _Fds = tuple[int, int, int, int]
 
 
-def _popen(cmd: Command) -> tuple[subprocess.Popen[bytes], int, _Fds]:
+def _popen(jail: Jail) -> tuple[subprocess.Popen[bytes], int, _Fds]:
+    cmd = jail.command
     fds: list[int] = []
     try:
         for _ in range(4):
@@ -197,11 +168,11 @@ def _popen(cmd: Command) -> tuple[subprocess.Popen[bytes], int, _Fds]:
     for fd in (in_r, out_w, err_w, rep_w):
         os.close(fd)
     try:
-        watchdog.watch(popen.pid, cmd.cgroup, cmd.jail_dir)
+        jail.spawned(popen.pid)
         pidfd = os.pidfd_open(popen.pid)
     except BaseException:
-        watchdog.unwatch(popen.pid)
         os.killpg(popen.pid, signal.SIGKILL)
+        jail.killed(popen.pid)
         popen.wait()
         for fd in (in_w, out_r, err_r, rep_r):
             os.close(fd)
@@ -209,8 +180,8 @@ def _popen(cmd: Command) -> tuple[subprocess.Popen[bytes], int, _Fds]:
     return popen, pidfd, (in_w, out_r, err_r, rep_r)
 
 
-async def spawn(cmd: Command) -> Child:
-    """Start `cmd` as the leader of a new session and process group.
+async def spawn(jail: Jail) -> Child:
+    """Start the jail's command as the leader of a new session and group.
 
     Raises:
         RunnerError: `spawn_failed`, naming the errno.
@@ -224,7 +195,7 @@ async def spawn(cmd: Command) -> Child:
         token.run_sync_soon(done.set)
 
     started_us = time.monotonic_ns() // 1000
-    _spawn_thread().submit(lambda: _popen(cmd), finish)
+    _spawn_thread().submit(lambda: _popen(jail), finish)
     # Shielded: a cancel here would orphan a child that is being born.
     with trio.CancelScope(shield=True):
         await done.wait()
@@ -232,7 +203,8 @@ async def spawn(cmd: Command) -> Child:
         popen, pidfd, (in_w, out_r, err_r, rep_r) = box[0].unwrap()
     except OSError as e:
         raise RunnerError(
-            Reason.SPAWN_FAILED, f"cannot start {cmd.argv[0]}: {e.strerror} (errno {e.errno})"
+            Reason.SPAWN_FAILED,
+            f"cannot start {jail.command.argv[0]}: {e.strerror} (errno {e.errno})",
         ) from None
     return Child(
         pid=popen.pid,
@@ -241,6 +213,7 @@ async def spawn(cmd: Command) -> Child:
         stdin=trio.lowlevel.FdStream(in_w),
         stdout=trio.lowlevel.FdStream(out_r),
         stderr=trio.lowlevel.FdStream(err_r),
-        report=rep_r,
+        report_fd=rep_r,
+        jail=jail,
         _popen=popen,
     )

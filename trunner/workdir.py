@@ -1,17 +1,21 @@
-"""Files into and out of the `exec` working dir (the jail dir).
+"""The `exec` mode, parent side, all of it: files into and out of the
+working dir, the request and the reply's checks.
 
-Parent side, pure: `check_files` and `check_patterns` normalise the paths
-and refuse bad input with `bad_request` before anything is spawned;
-`check_collected` checks a reply's files. The worker side (placing the
-files, matching and reading what is collected) is exec_mode.py, which the
-jailed adapter imports without msgspec.
+Pure: `exec_request` normalises the paths (`check_files`, `check_patterns`)
+and refuses bad input with `bad_request` before anything is spawned, and
+sizes the caps the parent enforces; `check_exec_reply` holds a reply to the
+caps and to what was asked for. The worker side (placing the files,
+running the program, matching and reading what is collected) is
+trunner/worker/exec_mode.py, which the jailed adapter imports without msgspec.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from trunner.errors import Reason, RunnerError
+from trunner.invocation import Caps, only_runner_errors
 from trunner.protocol import (
     EXEC_COLLECT_MAX_FILES,
     EXEC_INPUT_MAX_BYTES,
@@ -20,7 +24,13 @@ from trunner.protocol import (
     EXEC_PATH_MAX_BYTES,
     CollectedFile,
     ExecFile,
+    ExecRequest,
+    ExecResult,
+    exec_frame_bytes,
 )
+
+if TYPE_CHECKING:
+    from trunner.limits import Limits
 
 
 def _refuse(detail: str) -> RunnerError:
@@ -146,3 +156,58 @@ def matches(pattern: str, path: str) -> bool:
         elif j < len(parts) and fnmatchcase(parts[j], segments[i]):
             states.add((i + 1, j + 1))
     return False
+
+
+def exec_request(
+    argv: Sequence[str], stdin: bytes, files: Mapping[str, bytes | ExecFile] | None,
+    collect: Sequence[str], limits: Limits,
+) -> tuple[ExecRequest, Caps]:
+    """A checked `exec` request, and the caps the parent enforces for it.
+
+    Raises:
+        RunnerError: `bad_request`, before anything is spawned.
+    """
+    with only_runner_errors():
+        placed = check_files(files, stdin_bytes=len(stdin),
+                                     file_size_bytes=limits.file_size_bytes)
+        patterns = check_patterns(collect)
+        request = ExecRequest(
+            argv=list(argv),
+            stdin=stdin,
+            files=placed,
+            collect=patterns,
+            stdout_max_bytes=limits.stdout_max_bytes,
+            stderr_max_bytes=limits.stderr_max_bytes,
+        )
+    caps = Caps(limits.wall_time_s, exec_frame_bytes(
+        limits.stdout_max_bytes, limits.stderr_max_bytes, patterns), limits.stderr_max_bytes)
+    return request, caps
+
+
+def check_exec_reply(response: ExecResult, limits: Limits, patterns: Sequence[str]) -> None:
+    """The exec adapter returns one byte past a cap it saw crossed, and one
+    file past the bound of collected files; it returns only files that the
+    requested patterns match, and names only those patterns unmatched."""
+    cap = limits.stdout_max_bytes
+    if len(response.stdout) > cap:
+        raise RunnerError(Reason.STDOUT_CAP,
+                          f"the program's stdout went over its cap of {cap} bytes")
+    err_cap = limits.stderr_max_bytes
+    if len(response.stderr) > err_cap:
+        raise RunnerError(Reason.STDERR_CAP,
+                          f"the program's stderr went over its cap of {err_cap} bytes")
+    if len(response.files) > EXEC_COLLECT_MAX_FILES:
+        raise RunnerError(Reason.STDOUT_CAP, f"the collect patterns matched more than"
+                          f" {EXEC_COLLECT_MAX_FILES} files")
+    collected = sum(len(f.data) for f in response.files)
+    if len(response.stdout) + collected > cap:
+        raise RunnerError(Reason.STDOUT_CAP, f"the program's stdout ({len(response.stdout)} bytes)"
+                          f" and the collected files went over the stdout cap of {cap} bytes")
+    if not check_collected(response.files):
+        raise RunnerError(Reason.BAD_FRAME, "a collected file's path or size is malformed")
+    for file in response.files:
+        if not any(matches(pattern, file.path) for pattern in patterns):
+            raise RunnerError(Reason.BAD_FRAME,
+                              f"collected {file.path!r}, which no requested pattern matches")
+    if not set(response.unmatched) <= set(patterns):
+        raise RunnerError(Reason.BAD_FRAME, "the reply names an unmatched pattern not requested")

@@ -133,8 +133,8 @@ WRITE_ADAPTER_PIPE = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
 import msgspec
-from trunner.exec_mode import result
-from trunner.wire import frame
+from trunner.worker.exec_mode import result
+from trunner.worker.wire import frame
 swallow = sys.argv[2]
 mine = os.getpid()
 tried, pipes = {}, []
@@ -170,8 +170,8 @@ sys.stdout.buffer.write(report)
 
 
 def _forged_frame_hex() -> str:
-    from trunner.exec_mode import result
-    from trunner.wire import pack
+    from trunner.worker.exec_mode import result
+    from trunner.worker.wire import pack
 
     return pack(result(0, b"forged", b"", [{"path": "Makefile", "size": 1, "data": b"x"}],
                        [], 0.5)).hex()
@@ -277,7 +277,7 @@ def test_the_adapter_ends_at_any_import_once_its_program_runs() -> None:
     is there; anything else ends the process (exit 1, no frame)."""
     repo = str(Path(__file__).resolve().parents[2])
     code = (f"import sys; sys.path.insert(0, {repo!r})\n"
-            "from trunner.exec_mode import _prepare\n"
+            "from trunner.worker.exec_mode import _prepare\n"
             "_prepare(['build/*.o'])\n"
             "import fnmatch, struct\n"  # imported before: no import happens
             "print('sealed', flush=True)\n"

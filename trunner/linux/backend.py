@@ -1,204 +1,89 @@
 """Parent side: the Linux jail backend.
 
-`probe_host` reads what the kernel supports (once, changing nothing);
-`LinuxBackend.open_jail` makes the run's pids cgroup (as root), plans the
-jail (`plan.plan_jail`) and builds the helper command. The backend also
-owns the platform facts other modules need: the rules document that the
-effective rules version hashes, and what a signal death means here.
+`LinuxBackend` probes the host once (`probe.probe_host`, `probe.snapshot`),
+plans the jail once per `Limits` (`plan.plan_jail`: the plan and the rules
+version it hashes to), and for each run makes the run's cgroups and takes
+its host id (as root), puts them in the plan and builds the helper command:
+a `LinuxJail`. The jail lists its group with the watchdog, reads the
+helper's report pipe (its refusal and its notes), waits at teardown until
+the jail's pid 1, and so its whole PID namespace, is gone, and frees what
+it held.
 """
 
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import platform
 import signal
-import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import trio
+
+from trunner import cleanup
 from trunner.errors import Reason, RunnerError
-from trunner.jail import Command, HostSupport, ProcessLimit
-from trunner.linux import cgroup, install, kmsg, landlock, seccomp, watchdog
+from trunner.jail import Command, Failure, HostSupport
+from trunner.linux import cgroup, kmsg, landlock, seccomp, watchdog
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds, IdLease
+from trunner.linux.kernel import abi
 from trunner.linux.plan import (
     HelperPlan,
     encode_plan,
     environment,
+    for_run,
     hashed_plan,
+    plain,
     plan_jail,
-    trunner_dir,
+    profile_paths,
 )
-from trunner.profile import DEFAULT_PROFILE, JailProfile
+from trunner.linux.probe import HostPaths, probe_host, snapshot
+from trunner.linux.profile import DEFAULT_PROFILE, JailProfile, template_blake3
+from trunner.rules import digest
+from trunner.worker.adapters import BUILTIN_MODES
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from trunner.limits import Limits
 
-#: Bump when the meaning of a hashed field changes.
-RULES_SCHEMA: int = 2
+#: Bump when the meaning of a hashed field changes. 3: the typed plan (tagged
+#: items with named fields), the libseccomp version, install locations
+#: replaced longest first.
+RULES_SCHEMA: int = 3
+#: How long teardown waits for the jail's pid 1 (and so its PID namespace)
+#: to be gone after the group kill; SIGKILL is delivered asynchronously.
+GONE_BOUND_S = 1.0
 
 
-def _has_seccomp_filter() -> bool:
-    status = cgroup.read_text("/proc/self/status") or ""
-    actions = cgroup.read_text("/proc/sys/kernel/seccomp/actions_avail") or ""
-    return "\nSeccomp:" in status and actions != ""
+@dataclass(frozen=True)
+class Prepared:
+    """What the backend plans once per `Limits`: the plan (with placeholders
+    for the per-run values), what its rules version hashes, and the version."""
+
+    plan: HelperPlan
+    document: dict[str, Any]
+    version: str
 
 
-def kernel_version() -> tuple[int, int]:
-    """(major, minor) of the running kernel; (0, 0) if unparsable."""
-    parts = os.uname().release.split(".")
-    try:
-        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
-    except (IndexError, ValueError):
-        return (0, 0)
-
-
-#: Each namespace a jail unshares, and its /proc/sys/user/max_*_namespaces name.
-_NAMESPACE_SYSCTLS = (("user", "user"), ("net", "net"), ("mount", "mnt"), ("pid", "pid"),
-                      ("ipc", "ipc"), ("uts", "uts"), ("cgroup", "cgroup"))
-
-
-@functools.cache
-def probe_host() -> HostSupport:
-    """What this kernel supports, probed once per process. Reads only."""
-    is_root = os.getuid() == 0
-    abi = install.landlock_abi()
-    enabled = {kind: (cgroup.read_text(f"/proc/sys/user/max_{sysctl}_namespaces") or "0") != "0"
-               for kind, sysctl in _NAMESPACE_SYSCTLS}
-    userns, netns = enabled["user"], enabled["net"]
-    has_seccomp = _has_seccomp_filter()
-    per_userns = kernel_version() >= (5, 14)
-    limit, memory = None, ""
-    if not is_root:
-        limit = ProcessLimit("userns_nproc" if per_userns else "rlimit_nproc")
-    else:
-        base = cgroup.find_base("pids")
-        if base is not None:
-            limit = ProcessLimit("pids_cgroup", base)
-        memory = cgroup.find_base("memory") or ""
-    refusal, detail = None, ""
-    disabled = [kind for kind, on in enabled.items() if not on]
-    if abi < landlock.MIN_ABI:
-        refusal, detail = Reason.SANDBOX_SETUP, (
-            f"landlock ABI {abi} is below the required {landlock.MIN_ABI}"
-            " (Landlock is absent or disabled)"
-        )
-    elif not has_seccomp:
-        refusal, detail = Reason.SANDBOX_SETUP, "seccomp filters are not available"
-    elif disabled:
-        refusal, detail = Reason.SANDBOX_SETUP, (
-            f"{', '.join(disabled)} namespaces are disabled"
-            f" (/proc/sys/user/max_*_namespaces is 0)"
-        )
-    elif not os.access(install.WAITER, os.X_OK):
-        refusal, detail = Reason.SANDBOX_SETUP, (
-            f"{install.WAITER} is not built (reinstall trunner where a C compiler and a"
-            " static C library are present)"
-        )
-    elif limit is None:
-        refusal, detail = Reason.PROCESS_LIMIT_UNAVAILABLE, (
-            "running as root, where RLIMIT_NPROC is not enforced, and no pids cgroup"
-            " can be created"
-        )
-    return HostSupport(
-        platform=sys.platform,
-        is_root=is_root,
-        uid=os.getuid(),
-        gid=os.getgid(),
-        landlock_abi=abi,
-        seccomp_filter=has_seccomp,
-        user_namespaces=userns,
-        network_namespaces=netns,
-        namespaces=tuple(kind for kind, on in enabled.items() if on),
-        process_limit=limit,
-        nproc_per_userns=per_userns,
-        memory_cgroup_base=memory,
-        refusal=refusal,
-        refusal_detail=detail,
-    )
-
-
-def host_layers(host: HostSupport, landlock_abi: int | None = None) -> dict[str, dict[str, Any]]:
-    """What holds on `host`, layer by layer (`trunner doctor`). Pure.
-
-    `landlock_abi` is a cap on the ABI used, as `LinuxBackend(landlock_abi=)`.
-    Each layer has `holds` (a run needs every one); Landlock lists each
-    feature the ABI in use has, and for each it lacks, what covers it.
-    """
-    missing_ns = [kind for kind, _ in _NAMESPACE_SYSCTLS if kind not in host.namespaces]
-    used = min(host.landlock_abi if landlock_abi is None else landlock_abi, landlock.KNOWN_ABI)
-    if used >= landlock.MIN_ABI:
-        features = landlock.features_for_abi(used)
-        without = {f.name: f.without for f in landlock.FEATURES if not features[f.name]}
-        provider = landlock.host_network_refusal(used)
-    else:
-        features, without = {f.name: False for f in landlock.FEATURES}, {}
-        provider = "landlock is absent"
-    limit = host.process_limit
-    return {
-        "namespaces": {
-            "holds": not missing_ns,
-            "available": list(host.namespaces),
-            "missing": missing_ns,
-        },
-        "landlock": {
-            "holds": landlock.MIN_ABI <= used <= host.landlock_abi,
-            "kernel_abi": host.landlock_abi,
-            "abi_used": used,
-            "known_abi": landlock.KNOWN_ABI,
-            "features": features,
-            "covered_by_other_layers": without,
-        },
-        "seccomp": {"holds": host.seccomp_filter},
-        "process_limit": {
-            "holds": limit is not None,
-            "kind": None if limit is None else limit.kind,
-            "cgroup_base": None if limit is None else limit.cgroup_base,
-            # RLIMIT_NPROC counted per user namespace: a bound per run.
-            "per_run": host.nproc_per_userns or (limit is not None and limit.kind == "pids_cgroup"),
-        },
-        "memory": {
-            "holds": True,  # RLIMIT_AS per process holds everywhere
-            "kind": "memory_cgroup" if host.is_root and host.memory_cgroup_base else "rlimit_as",
-            "detail": (f"a per-run memory cgroup of memory_bytes under {host.memory_cgroup_base}"
-                       if host.is_root and host.memory_cgroup_base else
-                       "no memory cgroup for this caller: address_space_bytes per process,"
-                       " and scratch_bytes for the scratch"),
-        },
-        "identity": {
-            "holds": True,
-            "detail": ("a root caller's jails each run as their own host uid/gid, taken from"
-                       f" {DEFAULT_RANGE.start}..{DEFAULT_RANGE.stop - 1} by default"
-                       " (Runner(host_ids=)) and released when the run ends"
-                       if host.is_root else f"jails run as the caller, uid {host.uid}"),
-        },
-        # Not a layer of the default jail: whether the provider profile (host
-        # network) can run here.
-        "provider_profile": {"holds": provider is None, "detail": provider or ""},
-    }
-
-
-@functools.cache
-def helper_launch(worker: str) -> tuple[str, ...]:
-    """How to start the worker binary in helper mode.
-
-    A Python worker script runs under its own shebang interpreter with
-    `-I -S`: the helper needs only the standard library and trunner's own
-    modules (found through `--path`), so it skips `site` and every `.pth`
-    file, about a third of its start-up. Any other worker is run as is.
-    """
-    try:
-        with open(worker, "rb") as f:
-            first = f.readline(512)
-    except OSError:
-        return (worker,)
-    interpreter = first[2:].strip().decode(errors="replace")
-    if not first.startswith(b"#!") or " " in interpreter or "python" not in interpreter:
-        return (worker,)
-    return (interpreter, "-I", "-S", worker, "--path", trunner_dir())
+def parse_report(report: bytes) -> tuple[dict[bytes, list[int]], str | None]:
+    """The helper's report pipe: its notes (`abi.NOTE_MARK` lines, each a
+    word and numbers) and its refusal (any other text), if it refused."""
+    notes: dict[bytes, list[int]] = {}
+    rest = b""
+    while report:
+        if report.startswith(abi.NOTE_MARK):
+            line, _, report = report[len(abi.NOTE_MARK):].partition(b"\n")
+            word, *numbers = line.split(b" ")
+            if all(n.isdigit() for n in numbers):
+                notes[word] = [int(n) for n in numbers]
+                continue
+            rest += line
+        else:
+            text, mark, report = report.partition(abi.NOTE_MARK)
+            rest += text
+            report = mark + report
+    return notes, rest.decode(errors="replace") if rest else None
 
 
 @dataclass
@@ -207,21 +92,111 @@ class LinuxJail:
     pids, and memory where the host has it) and its host id (as root)."""
 
     command: Command
+    jail_dir: str
     cgroups: tuple[str, ...] = ()
     memory_cgroup: str | None = None
     host_id: IdLease | None = None
+    pgid: int = 0
+
+    def spawned(self, pgid: int) -> None:
+        self.pgid = pgid
+        watchdog.watch(pgid, "\n".join(self.cgroups) or None, self.jail_dir)
+
+    def killed(self, pgid: int) -> None:
+        watchdog.unwatch(pgid)
+
+    async def wait_gone(self, pgid: int, report: bytes) -> None:
+        """The jail's pid 1 gone means its whole PID namespace is: the kernel
+        kills every process left in it when pid 1 dies (the helper's group
+        kill reaches it, its parent-death signal too), and pid 1 becomes a
+        zombie only once they are all gone; wherever they moved (another
+        process group, a session of their own), they are in it. Waited on
+        by its pidfd, an event; pid 1 is known by the helper's note (host
+        pid and start time, so a reused pid is never mistaken for it). What
+        else of the group remains (the helper refused before forking pid 1:
+        nothing, but its group is checked) is polled, bounded."""
+        deadline = trio.current_time() + GONE_BOUND_S
+        init = parse_report(report)[0].get(abi.INIT_NOTE)
+        if init is not None and len(init) == 2:
+            pidfd = _pidfd_of(*init)
+            if pidfd is not None:
+                try:
+                    with trio.move_on_at(deadline):
+                        await trio.lowlevel.wait_readable(pidfd)
+                finally:
+                    os.close(pidfd)
+        # No event for a process group: a bounded poll (usually one killpg(0)).
+        while _group_alive(pgid) and trio.current_time() < deadline:  # noqa: ASYNC110
+            await trio.sleep(0.001)
 
     async def release(self) -> None:
         try:
             for path in self.cgroups:
                 await cgroup.remove(path)
         finally:
-            # The group is dead and reaped: the id is free for another run.
+            # The run is gone: the id is free for another run.
             if self.host_id is not None:
                 self.host_id.release()
 
     def oom_kills(self) -> int:
         return cgroup.oom_kills(self.memory_cgroup) if self.memory_cgroup else 0
+
+    def explain(self, exit_code: int, report: bytes, started_us: int) -> Failure | None:
+        notes, refusal = parse_report(report)
+        if refusal is not None:  # only the helper (and pid 2 before its exec) can write it
+            reason = (Reason.PROCESS_COUNT if exit_code == abi.PROCESS_COUNT_EXIT
+                      else Reason.SANDBOX_SETUP)
+            return Failure(reason, refusal, exit_status=exit_code if exit_code >= 0 else None)
+        if exit_code >= 0:
+            return None
+        sig = -exit_code
+        if sig != signal.SIGSYS:
+            return Failure(Reason.KILLED_BY_SIGNAL, f"killed by {signal_name(sig)}", signal=sig)
+        jail_pid = notes.get(abi.JAIL_PID_NOTE, [self.pgid])[0]
+        nr = kmsg.denied_syscall(jail_pid, started_us)
+        if nr is None:
+            detail = "killed by SIGSYS: a syscall outside the allow-list (number not logged)"
+        else:
+            name = seccomp.syscall_name(nr) or "?"
+            detail = f"killed by SIGSYS: syscall {nr} ({name}) is not allowed"
+        return Failure(Reason.SYSCALL_DENIED, detail, signal=sig)
+
+
+def _pidfd_of(pid: int, start: int) -> int | None:
+    """A pidfd of process `pid` if it is still the one that started at
+    `start` (clock ticks after boot); None if that one is gone."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        if int(fields[19]) == start:
+            return pidfd
+    except (OSError, IndexError, ValueError):
+        pass
+    os.close(pidfd)
+    return None
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` is alive (not a zombie)."""
+    try:
+        os.killpg(pgid, 0)  # the usual case: no member at all
+    except (ProcessLookupError, PermissionError):
+        return False
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
+        except OSError:
+            continue  # gone while we looked
+        if int(pgrp) == pgid and state not in (b"Z", b"X"):
+            return True
+    return False
 
 
 @dataclass
@@ -235,7 +210,6 @@ class LinuxBackend:
         landlock_abi: plan for this ABI instead of the kernel's (refused
             if the kernel has less): a cap, so the jail can be tested as on
             an older kernel (tests read TRUNNER_TEST_LANDLOCK_ABI for it).
-        fail_at: test hook: the helper refuses at this step.
         unsafe_skip: benchmark hook: layers the helper leaves out. Named in
             the plan and in the rules version; never set by `Runner`.
         host_ids: the host ids (uid == gid) a root caller's jails run as,
@@ -250,28 +224,34 @@ class LinuxBackend:
     import_paths: tuple[str, ...] = ()
     profile: JailProfile = DEFAULT_PROFILE
     landlock_abi: int | None = None
-    fail_at: str = ""
     unsafe_skip: tuple[str, ...] = ()
     host_ids: range = DEFAULT_RANGE
     host_files: HostFiles = field(default_factory=HostFiles)
-    _versions: dict[Limits, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _host: HostSupport | None = field(default=None, repr=False)
+    _paths: HostPaths | None = field(default=None, repr=False)
+    _bpf: bytes | None = field(default=None, repr=False)
+    _launch: tuple[str, ...] | None = field(default=None, repr=False)
+    _prepared: dict[Limits, Prepared] = field(default_factory=dict, repr=False)
     _ids_checked: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         self._ids = HostIds(self.host_ids, self.host_files)  # ValueError for a bad range
+        self._cgroups = cgroup.RunCgroups()
 
     def probe(self) -> HostSupport:
-        return probe_host()
+        if self._host is None:
+            self._host = probe_host()
+        return self._host
 
     def check(self) -> None:
         host = self.probe()
         if host.refusal is not None:
             raise RunnerError(host.refusal, host.refusal_detail)
-        abi = self.abi()
-        if abi < landlock.MIN_ABI:
+        abi_used = self.abi()
+        if abi_used < landlock.MIN_ABI:
             raise RunnerError(
                 Reason.SANDBOX_SETUP,
-                f"landlock: ABI {abi} is below the required {landlock.MIN_ABI}",
+                f"landlock: ABI {abi_used} is below the required {landlock.MIN_ABI}",
             )
         if self.landlock_abi is not None and self.landlock_abi > host.landlock_abi:
             raise RunnerError(
@@ -280,7 +260,7 @@ class LinuxBackend:
             )
         if "net" not in self.profile.namespaces:
             # The host network is shared: no namespace covers TCP or abstract sockets.
-            refusal = landlock.host_network_refusal(abi)
+            refusal = landlock.host_network_refusal(abi_used)
             if refusal is not None:
                 raise RunnerError(Reason.SANDBOX_SETUP, f"{self.profile.name} profile: {refusal}")
         if host.is_root and not self._ids_checked:
@@ -290,26 +270,92 @@ class LinuxBackend:
     def abi(self) -> int:
         """The Landlock ABI in force: the kernel's, or `landlock_abi` if given
         (a cap: more than the kernel has is refused), at most KNOWN_ABI."""
-        abi = self.probe().landlock_abi if self.landlock_abi is None else self.landlock_abi
-        return min(abi, landlock.KNOWN_ABI)
+        abi_used = self.probe().landlock_abi if self.landlock_abi is None else self.landlock_abi
+        return min(abi_used, landlock.KNOWN_ABI)
 
-    def _plan(
-        self, limits: Limits, jail_dir: str, cgroup_dir: str | None, memory_dir: str | None,
-        host_id: int | None = None,
-    ) -> HelperPlan:
-        return plan_jail(
-            limits, self.probe(), self.profile, jail_dir,
-            import_paths=self.import_paths, cgroup=cgroup_dir, memory_cgroup=memory_dir,
-            parent_pid=os.getpid(),
-            landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip, fail_at=self.fail_at,
-            host_id=host_id,
-        )
+    def helper_launch(self) -> tuple[str, ...]:
+        """How to start the worker binary in helper mode.
+
+        A Python worker script runs under its own shebang interpreter with
+        `-I -S`: the helper needs only the standard library and trunner's own
+        modules (found through `--path`), so it skips `site` and every `.pth`
+        file, about a third of its start-up. Any other worker is run as is.
+        """
+        if self._launch is None:
+            self._launch = _launch(self.worker, self.host_paths().trunner_dir)
+        return self._launch
+
+    def adapter_argv(self, mode: str) -> tuple[str, ...]:
+        """A built-in mode needs only the standard library and trunner, so a
+        Python worker runs it as the helper runs: `python -I -S WORKER --path
+        DIR MODE` (no site, no .pth files). A user mode keeps site-packages
+        and PYTHONPATH, where its code is found: `WORKER MODE`."""
+        launch = self.helper_launch()
+        if mode in BUILTIN_MODES and len(launch) > 1:
+            return (*launch, mode)
+        return (self.worker, mode)
+
+    def host_paths(self) -> HostPaths:
+        if self._paths is None:
+            self._paths = snapshot(profile_paths(self.profile, self.import_paths))
+        return self._paths
+
+    def prepared(self, limits: Limits) -> Prepared:
+        """The plan and the rules version for runs with `limits`, made once."""
+        done = self._prepared.get(limits)
+        if done is None:
+            if self._bpf is None:
+                self._bpf = seccomp.build_bpf(self.profile.seccomp)
+            paths = self.host_paths()
+            plan = plan_jail(limits, self.probe(), paths, self.profile,
+                             import_paths=self.import_paths, parent_pid=os.getpid(),
+                             landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip,
+                             seccomp_bpf=self._bpf)
+            document = self._document(limits, plan, paths)
+            done = Prepared(plan, document, digest(document))
+            self._prepared[limits] = done
+        return done
+
+    def _document(self, limits: Limits, plan: HelperPlan, paths: HostPaths) -> dict[str, Any]:
+        env = environment(self.profile.environment, self.import_paths)
+        doc: dict[str, Any] = {
+            "schema": RULES_SCHEMA,
+            "backend": "linux",
+            "machine": platform.machine(),
+            "plan": hashed_plan(plain(plan), paths, env),
+            # What compiled the seccomp filter: the same policy may compile
+            # to other bytes under another libseccomp.
+            "libseccomp": seccomp.libseccomp_version(),
+            # Enforced by the parent, not the helper.
+            "parent": {
+                "wall_time_s": limits.wall_time_s,
+                "stdout_max_bytes": limits.stdout_max_bytes,
+                "stderr_max_bytes": limits.stderr_max_bytes,
+            },
+            # Documented intent, not enforced: Landlock filters TCP by port.
+            "provider_hosts": list(self.profile.provider_hosts),
+        }
+        if self.profile.name == "provider":
+            doc["provider_template_blake3"] = template_blake3()
+        return doc
+
+    def rules_document(self, limits: Limits) -> dict[str, Any]:
+        return self.prepared(limits).document
+
+    def rules_version(self, limits: Limits) -> str:
+        return self.prepared(limits).version
+
+    def _plan_for_run(self, limits: Limits, cgroup_dir: str | None, memory_dir: str | None,
+                      host_id: int | None) -> HelperPlan:
+        """One run's plan (tests override this to edit it)."""
+        return for_run(self.prepared(limits).plan, cgroup=cgroup_dir, memory_cgroup=memory_dir,
+                       host_id=host_id, parent_pid=os.getpid())
 
     def open_jail(
         self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits
     ) -> LinuxJail:
         self.check()
-        launch = helper_launch(self.worker)
+        launch = self.helper_launch()
         if len(launch) > 1 and not os.access(self.worker, os.X_OK):
             # Run through its interpreter it would start; it must still be
             # executable, as the adapter stage execs it directly.
@@ -330,12 +376,12 @@ class LinuxBackend:
                 if host.memory_cgroup_base:
                     bases.append((host.memory_cgroup_base, "memory"))
                 # Listed with the watchdog before they exist.
-                paths = cgroup.make(bases, lambda joined: watchdog.hold(joined, jail_dir))
+                paths = self._cgroups.make(bases, lambda joined: watchdog.hold(joined, jail_dir))
                 pids_dir = paths[0]
                 memory_dir = paths[-1] if host.memory_cgroup_base else None
-            plan = self._plan(limits, jail_dir, pids_dir, memory_dir,
-                              None if lease is None else lease.id)
-            env = environment(jail_dir, self.profile.environment, self.import_paths)
+            plan = self._plan_for_run(limits, pids_dir, memory_dir,
+                                      None if lease is None else lease.id)
+            env = environment(self.profile.environment, self.import_paths)
         except BaseException:
             try:
                 for path in paths:
@@ -345,48 +391,30 @@ class LinuxBackend:
                     lease.release()
             raise
         argv = (*launch, "helper", encode_plan(plan), "{report_fd}", "--", *adapter_argv)
-        command = Command(argv=argv, env=env, cwd=jail_dir, cgroup="\n".join(paths) or None,
-                          jail_dir=jail_dir)
-        return LinuxJail(command, tuple(paths), memory_dir, lease)
+        return LinuxJail(Command(argv=argv, env=env, cwd=jail_dir), jail_dir, tuple(paths),
+                         memory_dir, lease)
 
-    def rules_document(self, limits: Limits) -> dict[str, Any]:
-        doc = self._versions.get(limits)
-        if doc is None:
-            jail_dir = "/nonexistent/trunner-jail"  # replaced by a placeholder
-            plan = self._plan(limits, jail_dir, None, None)
-            env = environment(jail_dir, self.profile.environment, self.import_paths)
-            doc = {
-                "schema": RULES_SCHEMA,
-                "backend": "linux",
-                "machine": platform.machine(),
-                "plan": hashed_plan(plan, env, jail_dir),
-                # Enforced by the parent, not the helper.
-                "parent": {
-                    "wall_time_s": limits.wall_time_s,
-                    "stdout_max_bytes": limits.stdout_max_bytes,
-                    "stderr_max_bytes": limits.stderr_max_bytes,
-                },
-                # Documented intent, not enforced: Landlock filters TCP by port.
-                "provider_hosts": list(self.profile.provider_hosts),
-            }
-            if self.profile.name == "provider":
-                from trunner.rules import provider_profile_template_blake3
+    def sweep(self, temp_root: str | None) -> list[str]:
+        """What dead owners of this uid left: their jail dirs under
+        `temp_root` and, as root, their run cgroups."""
+        host = self.probe()
+        limit = host.process_limit
+        bases = [limit.cgroup_base if limit is not None and limit.kind == "pids_cgroup" else "",
+                 host.memory_cgroup_base]
+        dirs = dict.fromkeys(os.path.join(b, cgroup.DIR_NAME) for b in bases if b)
+        return cleanup.sweep(temp_root, list(dirs))
 
-                doc["provider_template_blake3"] = provider_profile_template_blake3()
-            self._versions[limits] = doc
-        return doc
 
-    def explain_death(self, sig: int, pid: int, started_us: int) -> tuple[Reason, str]:
-        if sig != signal.SIGSYS:
-            return Reason.KILLED_BY_SIGNAL, f"killed by {signal_name(sig)}"
-        nr = kmsg.denied_syscall(pid, started_us)
-        if nr is None:
-            return Reason.SYSCALL_DENIED, (
-                "killed by SIGSYS: a syscall outside the allow-list (number not logged)"
-            )
-        return Reason.SYSCALL_DENIED, (
-            f"killed by SIGSYS: syscall {nr} ({seccomp.syscall_name(nr) or '?'}) is not allowed"
-        )
+def _launch(worker: str, trunner_dir: str) -> tuple[str, ...]:
+    try:
+        with open(worker, "rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return (worker,)
+    interpreter = first[2:].strip().decode(errors="replace")
+    if not first.startswith(b"#!") or " " in interpreter or "python" not in interpreter:
+        return (worker,)
+    return (interpreter, "-I", "-S", worker, "--path", trunner_dir)
 
 
 def signal_name(sig: int) -> str:
@@ -398,3 +426,4 @@ def signal_name(sig: int) -> str:
     if signal.SIGRTMIN <= sig <= signal.SIGRTMAX:
         return f"SIGRTMIN+{sig - signal.SIGRTMIN}"
     return f"signal {sig}"
+

@@ -4,16 +4,15 @@ As root each invocation gets its own pids cgroup whose `pids.max` bounds
 its processes, and its own memory cgroup whose limit is `memory_bytes` (the
 scratch tmpfs's pages are charged to it too). On cgroup v2 both are one
 directory. `find_base` only reads (the doctor's probe must not change the
-host); `prepare` does the one-time setup on the first run: enabling the
-controller for children of a v2 root, and making the `trunner` directory
-every run's cgroup lives in.
+host); a backend's `RunCgroups` sets up a base on its first run (enabling
+the controller for children of a v2 root) and makes the `trunner`
+directory every run's cgroup lives in whenever it is missing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
 import signal
 import uuid
@@ -71,55 +70,66 @@ def find_base(controller: str = "pids") -> str | None:
     return None
 
 
-@functools.cache
-def prepare(base: str, controller: str = "pids") -> str:
-    """Set up `base` once per process; returns the dir runs' cgroups go in.
+class RunCgroups:
+    """Where one backend makes its runs' cgroups: `prepare` sets up a base
+    (enabling the controller for children of a v2 root, making the
+    `trunner` dir) when it is not set up already, so a dir removed under a
+    live backend is made again on the next run."""
 
-    Raises:
-        OSError: the setup was refused.
-    """
-    control = os.path.join(base, "cgroup.subtree_control")
-    if os.path.exists(control) and controller not in (read_text(control) or "").split():
-        with open(control, "w") as f:
-            f.write("+" + controller)
-    parent = os.path.join(base, DIR_NAME)
-    os.makedirs(parent, exist_ok=True)
-    return parent
+    def __init__(self) -> None:
+        self._enabled: set[tuple[str, str]] = set()
 
+    def prepare(self, base: str, controller: str = "pids") -> str:
+        """The dir runs' cgroups go in under `base`.
 
-def make(bases: Sequence[tuple[str, str]], before_mkdir: Callable[[str], None]) -> list[str]:
-    """New cgroups for one run, one under each (base, controller) (one for
-    both on v2, where the bases are the same): the helper sets their limits
-    (the plan holds the numbers, so the rules version covers them).
-    `before_mkdir` is called with their paths, newline-separated, first (the
-    watchdog lists them).
+        Raises:
+            OSError: the setup was refused.
+        """
+        if (base, controller) not in self._enabled:
+            control = os.path.join(base, "cgroup.subtree_control")
+            if os.path.exists(control) and controller not in (read_text(control) or "").split():
+                with open(control, "w") as f:
+                    f.write("+" + controller)
+            self._enabled.add((base, controller))
+        parent = os.path.join(base, DIR_NAME)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(parent)
+        return parent
 
-    Raises:
-        RunnerError: `spawn_failed` when out of fds, else
-            `process_limit_unavailable`.
-    """
-    name = f"{owner_id()}-{uuid.uuid4().hex}"  # a sweep can tell whether its owner lives
-    paths: list[str] = []
-    made: list[str] = []
-    try:
-        for base, controller in bases:
-            path = os.path.join(prepare(base, controller), name)
-            if path not in paths:
-                paths.append(path)
-        before_mkdir("\n".join(paths))
-        for path in paths:
-            os.mkdir(path)
-            made.append(path)
-    except OSError as e:
-        for path in made:
-            os.rmdir(path)
-        out_of_fds = e.errno in (errno.EMFILE, errno.ENFILE)
-        raise RunnerError(
-            Reason.SPAWN_FAILED if out_of_fds else Reason.PROCESS_LIMIT_UNAVAILABLE,
-            f"cannot create a run's cgroup under {', '.join(b for b, _ in bases)}:"
-            f" {e.strerror} (errno {e.errno})",
-        ) from None
-    return paths
+    def make(self, bases: Sequence[tuple[str, str]],
+             before_mkdir: Callable[[str], None]) -> list[str]:
+        """New cgroups for one run, one under each (base, controller) (one for
+        both on v2, where the bases are the same): the helper sets their limits
+        (the plan holds the numbers, so the rules version covers them).
+        `before_mkdir` is called with their paths, newline-separated, first (the
+        watchdog lists them).
+
+        Raises:
+            RunnerError: `spawn_failed` when out of fds, else
+                `process_limit_unavailable`.
+        """
+        name = f"{owner_id()}-{uuid.uuid4().hex}"  # a sweep can tell whether its owner lives
+        paths: list[str] = []
+        made: list[str] = []
+        try:
+            for base, controller in bases:
+                path = os.path.join(self.prepare(base, controller), name)
+                if path not in paths:
+                    paths.append(path)
+            before_mkdir("\n".join(paths))
+            for path in paths:
+                os.mkdir(path)
+                made.append(path)
+        except OSError as e:
+            for path in made:
+                os.rmdir(path)
+            out_of_fds = e.errno in (errno.EMFILE, errno.ENFILE)
+            raise RunnerError(
+                Reason.SPAWN_FAILED if out_of_fds else Reason.PROCESS_LIMIT_UNAVAILABLE,
+                f"cannot create a run's cgroup under {', '.join(b for b, _ in bases)}:"
+                f" {e.strerror} (errno {e.errno})",
+            ) from None
+        return paths
 
 
 def oom_kills(path: str) -> int:

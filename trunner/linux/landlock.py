@@ -3,7 +3,7 @@
 Pure: the masks each ABI handles, and `plan_ruleset`, which turns path
 groups into a `LandlockRuleset` (a frozen msgspec Struct) that handles every
 right the ABI knows, so anything not granted is denied. The helper applies
-it through `trunner.linux.install.restrict_filesystem`, with ints only.
+it through `trunner.linux.kernel.install.restrict_filesystem`, with ints only.
 
 Every ABI from 1 is used (the kernel's, capped at KNOWN_ABI). `FEATURES`
 says, for each feature an older ABI lacks, which layer of the jail covers
@@ -18,6 +18,30 @@ from collections.abc import Iterable
 
 import msgspec
 
+# The rights and scopes (include/uapi/linux/landlock.h): one copy, shared with the helper.
+from trunner.linux.kernel.abi import (
+    ACCESS_FS_EXECUTE as ACCESS_FS_EXECUTE,
+    ACCESS_FS_IOCTL_DEV as ACCESS_FS_IOCTL_DEV,
+    ACCESS_FS_MAKE_BLOCK as ACCESS_FS_MAKE_BLOCK,
+    ACCESS_FS_MAKE_CHAR as ACCESS_FS_MAKE_CHAR,
+    ACCESS_FS_MAKE_DIR as ACCESS_FS_MAKE_DIR,
+    ACCESS_FS_MAKE_FIFO as ACCESS_FS_MAKE_FIFO,
+    ACCESS_FS_MAKE_REG as ACCESS_FS_MAKE_REG,
+    ACCESS_FS_MAKE_SOCK as ACCESS_FS_MAKE_SOCK,
+    ACCESS_FS_MAKE_SYM as ACCESS_FS_MAKE_SYM,
+    ACCESS_FS_READ_DIR as ACCESS_FS_READ_DIR,
+    ACCESS_FS_READ_FILE as ACCESS_FS_READ_FILE,
+    ACCESS_FS_REFER as ACCESS_FS_REFER,
+    ACCESS_FS_REMOVE_DIR as ACCESS_FS_REMOVE_DIR,
+    ACCESS_FS_REMOVE_FILE as ACCESS_FS_REMOVE_FILE,
+    ACCESS_FS_TRUNCATE as ACCESS_FS_TRUNCATE,
+    ACCESS_FS_WRITE_FILE as ACCESS_FS_WRITE_FILE,
+    ACCESS_NET_BIND_TCP as ACCESS_NET_BIND_TCP,
+    ACCESS_NET_CONNECT_TCP as ACCESS_NET_CONNECT_TCP,
+    SCOPE_ABSTRACT_UNIX_SOCKET as SCOPE_ABSTRACT_UNIX_SOCKET,
+    SCOPE_SIGNAL as SCOPE_SIGNAL,
+)
+
 # What Landlock (ABI <= 7) does NOT stop, verified on Linux 6.18: chmod/chown/utime/
 # setxattr and stat/chdir/readlink on paths outside the rules (as uid 0, even with no
 # capabilities, a jailed process can chmod 04777 a root-owned host file); connect() to
@@ -26,35 +50,6 @@ import msgspec
 # seccomp) must cover those.
 
 
-# ---------------------------------------------------------------------------
-# Constants (include/uapi/linux/landlock.h)
-# ---------------------------------------------------------------------------
-
-# Filesystem rights.  ABI 1 has bits 0..12.
-ACCESS_FS_EXECUTE = 1 << 0
-ACCESS_FS_WRITE_FILE = 1 << 1
-ACCESS_FS_READ_FILE = 1 << 2
-ACCESS_FS_READ_DIR = 1 << 3
-ACCESS_FS_REMOVE_DIR = 1 << 4
-ACCESS_FS_REMOVE_FILE = 1 << 5
-ACCESS_FS_MAKE_CHAR = 1 << 6
-ACCESS_FS_MAKE_DIR = 1 << 7
-ACCESS_FS_MAKE_REG = 1 << 8
-ACCESS_FS_MAKE_SOCK = 1 << 9
-ACCESS_FS_MAKE_FIFO = 1 << 10
-ACCESS_FS_MAKE_BLOCK = 1 << 11
-ACCESS_FS_MAKE_SYM = 1 << 12
-ACCESS_FS_REFER = 1 << 13  # ABI 2 (Linux 5.19): link/rename across directories
-ACCESS_FS_TRUNCATE = 1 << 14  # ABI 3 (Linux 6.2)
-ACCESS_FS_IOCTL_DEV = 1 << 15  # ABI 5 (Linux 6.10): ioctl on char/block devices
-
-# Network rights, ABI 4 (Linux 6.7).
-ACCESS_NET_BIND_TCP = 1 << 0
-ACCESS_NET_CONNECT_TCP = 1 << 1
-
-# IPC scopes, ABI 6 (Linux 6.12).
-SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
-SCOPE_SIGNAL = 1 << 1
 
 # ABI 7 (Linux 6.15) adds no access right and no scope, only audit-logging flags for
 # landlock_restrict_self() (LANDLOCK_RESTRICT_SELF_LOG_SAME_EXEC_OFF = 1,

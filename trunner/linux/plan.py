@@ -1,13 +1,14 @@
-"""Parent side: the one plan the helper enforces, and its codec.
+"""Parent side: the one plan the helper enforces, typed, and its one encoding.
 
-`plan_jail` is pure: from the limits, the host facts, the profile and the
-per-run values it resolves every number, path and BPF byte the helper will
-apply, as a `HelperPlan`. `encode_plan` turns it into the single argv item
-the helper reads (hex of a marshal dict: marshal is built in and already
-loaded in the helper). The effective rules version hashes the same plan,
-with per-run values (jail dir, cgroup, parent pid, host uid and gid) and
-install locations replaced by placeholders: what is hashed is exactly what
-is enforced.
+`plan_jail` is pure: from the limits, the host facts (`probe.HostSupport`,
+`probe.HostPaths`), the profile and the per-run values, it resolves every
+number, path and BPF byte the helper will apply, as a `HelperPlan` of
+tagged structs. `plain` turns it into plain values (dicts, lists, ints,
+str, bytes), the one form both uses take: the helper gets them as one argv
+item (`encode_plan`: hex of marshal, which the helper has built in), and
+the rules version hashes the same values (`hashed_plan`), with per-run
+values (cgroups, parent pid, host uid and gid) and install locations
+replaced by placeholders: what is hashed is exactly what is enforced.
 """
 
 from __future__ import annotations
@@ -15,24 +16,23 @@ from __future__ import annotations
 import marshal
 import os
 import resource
-import sys
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from trunner.helper import PLAN_VERSION, SKIPPABLE
 from trunner.linux import landlock, seccomp
 from trunner.linux.ids import DEFAULT_RANGE
-from trunner.profile import PYTHON_PATHS, TRUNNER_PATH, JailProfile
+from trunner.linux.kernel import abi
+from trunner.linux.profile import PYTHON_PATHS, TRUNNER_PATH, JailProfile
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
     from trunner.jail import HostSupport
     from trunner.limits import Limits
+    from trunner.linux.probe import HostPaths
 
 #: Placeholders for per-run values in the hashed plan.
-JAIL_DIR: Final = "@jail"
 CGROUP: Final = "@cgroup"
 MEMORY_CGROUP: Final = "@memory_cgroup"
 #: The run's host uid and gid: a root caller's is per run (`ids.HostIds`),
@@ -40,16 +40,6 @@ MEMORY_CGROUP: Final = "@memory_cgroup"
 HOST_UID: Final = "@uid"
 HOST_GID: Final = "@gid"
 
-_CLONE_NEWNS: Final = 0x00020000
-_CLONE_NEWCGROUP: Final = 0x02000000
-_CLONE_NEWUTS: Final = 0x04000000
-_CLONE_NEWIPC: Final = 0x08000000
-_CLONE_NEWUSER: Final = 0x10000000
-_CLONE_NEWPID: Final = 0x20000000
-_CLONE_NEWNET: Final = 0x40000000
-_NAMESPACE_FLAGS: Final = {"user": _CLONE_NEWUSER, "net": _CLONE_NEWNET, "mount": _CLONE_NEWNS,
-                           "pid": _CLONE_NEWPID, "ipc": _CLONE_NEWIPC, "uts": _CLONE_NEWUTS,
-                           "cgroup": _CLONE_NEWCGROUP}
 #: Namespaces every jail has (the provider profile only shares the network).
 #: cgroup: unshared after the helper joined the run's cgroups, so they are the
 #: jail's root and /proc/self/cgroup shows "/", not the host's path with the
@@ -91,8 +81,6 @@ PROC_MASKED: Final = (
 #: Paths the jail builds itself; a profile naming them means the built one.
 #: (Host paths inside /tmp or /etc are bound there.)
 _BUILT: Final = ("/dev", "/etc", "/proc", "/tmp", WORKDIR)
-_WRITABLE: Final = 1  # mounts.WRITABLE
-_DEVICE: Final = 2  # mounts.DEVICE
 
 #: The uid and gid every jail has inside its user namespace, whatever its
 #: host ids: one value in every run (`trunner` in the jail's /etc/passwd).
@@ -102,31 +90,176 @@ JAIL_ID: Final = 1000
 #: outside the PID namespace) and the jail's pid 1 (its reaper).
 TRUNNER_PROCESSES: Final = 2
 
-RootOp = tuple[str, str, str, int]
+
+class _Item(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A plan item: named fields, no positions."""
 
 
-class HelperPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Everything one helper run applies, resolved. See `trunner.helper`."""
+# -- the process limit and memory: one kind each -------------------------------
 
-    version: int = PLAN_VERSION
+class PidsCgroup(_Item, frozen=True, tag="pids_cgroup", tag_field="kind"):
+    """As root: the run's own pids cgroup, `pids.max` = `max`."""
+
+    cgroup: str
+    max: int
+
+
+class UsernsNproc(_Item, frozen=True, tag="userns_nproc", tag_field="kind"):
+    """Not root, kernel 5.14 on: RLIMIT_NPROC counted per user namespace
+    (the plan's `jail_nproc`) is the bound."""
+
+    max: int
+
+
+class RlimitNproc(_Item, frozen=True, tag="rlimit_nproc", tag_field="kind"):
+    """Not root, older kernels: the uid's tasks at spawn + `max` - 1."""
+
+    max: int
+
+
+ProcessLimitPlan = PidsCgroup | UsernsNproc | RlimitNproc
+
+
+class MemoryCgroup(_Item, frozen=True, tag="memory_cgroup", tag_field="kind"):
+    """As root where the host has a memory controller: the run's cgroup."""
+
+    cgroup: str
+    bytes: int
+
+
+class NoMemoryCgroup(_Item, frozen=True, tag="none", tag_field="kind"):
+    """No memory cgroup: RLIMIT_AS per process, the scratch size and the IPC sizes."""
+
+
+MemoryPlan = MemoryCgroup | NoMemoryCgroup
+
+
+class Rlimit(_Item, frozen=True):
+    resource: int
+    soft: int
+    hard: int
+
+
+class Sysctl(_Item, frozen=True):
+    """A value written under /proc/sys/kernel in the run's IPC namespace."""
+
+    name: str
+    value: str
+
+
+# -- the jail's root: one op each ----------------------------------------------
+
+class Scratch(_Item, frozen=True, tag="scratch", tag_field="op"):
+    """A dir `name` of the run's scratch tmpfs, bound on `path`."""
+
+    name: str
+    path: str
+    mode: int
+
+
+class Bind(_Item, frozen=True, tag="bind", tag_field="op"):
+    """The host's `source` bound on `path`, read-only unless `flags` says."""
+
+    source: str
+    path: str
+    flags: int = 0
+
+
+class Dir(_Item, frozen=True, tag="dir", tag_field="op"):
+    path: str
+    mode: int
+
+
+class Symlink(_Item, frozen=True, tag="symlink", tag_field="op"):
+    target: str
+    path: str
+
+
+class File(_Item, frozen=True, tag="file", tag_field="op"):
+    content: str
+    path: str
+    mode: int
+
+
+class HostProc(_Item, frozen=True, tag="host_proc", tag_field="op"):
+    """The host's /proc, until pid 2 mounts the jail's own over it."""
+
+    path: str
+
+
+RootOp = Scratch | Bind | Dir | Symlink | File | HostProc
+
+
+class Mask(_Item, frozen=True, tag="mask", tag_field="op"):
+    path: str
+
+
+class ReadOnly(_Item, frozen=True, tag="read_only", tag_field="op"):
+    path: str
+
+
+ProcOp = Mask | ReadOnly
+
+
+class ScratchSize(_Item, frozen=True):
+    bytes: int
+    inodes: int
+
+
+class PathRule(_Item, frozen=True):
+    """Landlock rights beneath `path`: on a directory, or on a file (the
+    kernel refuses directory-only rights on a file)."""
+
+    path: str
+    dir_access: int
+    file_access: int
+
+
+class PortRule(_Item, frozen=True):
+    port: int
+    access: int
+
+
+class LandlockPlan(_Item, frozen=True):
+    """`landlock.LandlockRuleset`, as the helper installs it."""
+
+    abi: int
+    handled_fs: int
+    handled_net: int
+    scoped: int
+    paths: tuple[PathRule, ...]
+    ports: tuple[PortRule, ...]
+
+    @classmethod
+    def of(cls, rules: landlock.LandlockRuleset) -> LandlockPlan:
+        return cls(
+            abi=rules.abi, handled_fs=rules.handled_fs, handled_net=rules.handled_net,
+            scoped=rules.scoped,
+            paths=tuple(PathRule(path=p, dir_access=a,
+                                 file_access=landlock.path_rule_access(a, is_dir=False))
+                        for p, a in rules.path_rules),
+            ports=tuple(PortRule(port=p, access=a) for p, a in rules.port_rules),
+        )
+
+
+class HelperPlan(_Item, frozen=True, kw_only=True):
+    """Everything one helper run applies, resolved. See `trunner.helper`;
+    the fields are `abi.PLAN_FIELDS`, in that order."""
+
+    version: int = abi.PLAN_VERSION
     #: The only environment names the helper accepts.
     env: tuple[str, ...]
-    #: ("pids_cgroup", cgroup dir, pids.max), ("userns_nproc", "", n) (the
-    #: bound is `jail_nproc` alone) or ("rlimit_nproc", "", processes).
-    process_limit: tuple[Literal["pids_cgroup", "userns_nproc", "rlimit_nproc"], str, int]
+    process_limit: ProcessLimitPlan
     #: RLIMIT_NPROC set in the jail's own user namespace, where the kernel
     #: counts it per user namespace (so per run); 0 on older kernels.
     jail_nproc: int
-    #: ("memory_cgroup", cgroup dir, bytes) as root where the host has a
-    #: memory controller, else ("none", "", 0): the bound is then RLIMIT_AS
-    #: per process and the scratch size.
-    memory: tuple[Literal["memory_cgroup", "none"], str, int]
-    #: (resource number, soft, hard), CORE 0 included.
-    rlimits: tuple[tuple[int, int, int], ...]
-    #: The run's IPC namespace sizes, (name under /proc/sys/kernel, value),
-    #: written by the helper into the namespace it makes for the run (see
-    #: `ipc_limits_for`); `unshare_flags` then leaves CLONE_NEWIPC out.
-    ipc_limits: tuple[tuple[str, str], ...]
+    memory: MemoryPlan
+    #: CORE 0 included.
+    rlimits: tuple[Rlimit, ...]
+    #: The run's IPC namespace sizes (see `ipc_limits_for`), written by the
+    #: helper into the namespace it makes for the run; `unshare_flags` then
+    #: leaves CLONE_NEWIPC out.
+    ipc_limits: tuple[Sysctl, ...]
     #: Not root: a user namespace of the caller's own to build the root in.
     build_userns: bool
     unshare_flags: int
@@ -136,22 +269,21 @@ class HelperPlan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     gid: int
     #: The one uid and gid the jail's user namespace maps them to (`JAIL_ID`).
     jail_id: int
-    #: The jail's root, built by `trunner.linux.mounts.build_root`:
-    #: (operation, source or content, path inside, mode or flags).
+    #: The jail's root, built by `trunner.linux.kernel.mounts.build_root`.
     root_ops: tuple[RootOp, ...]
-    #: What pid 2 does to its fresh /proc: ("mask" | "read_only", path).
-    proc_ops: tuple[tuple[str, str], ...]
-    #: The run's scratch tmpfs: (bytes, inodes); holds WORKDIR, /tmp, /dev/shm.
-    scratch: tuple[int, int]
+    #: What pid 2 does to its fresh /proc.
+    proc_ops: tuple[ProcOp, ...]
+    #: The run's scratch tmpfs; holds WORKDIR, /tmp, /dev/shm.
+    scratch: ScratchSize
     staging: str
     hostname: str
     workdir: str
-    landlock: landlock.LandlockRuleset
+    landlock: LandlockPlan
     parent_pid: int
     seccomp_bpf: bytes
     #: Layers left out, for benchmarks that measure one layer at a time.
     unsafe_skip: tuple[str, ...] = ()
-    #: Test hook: refuse at this step, as if it had failed.
+    #: Test hook: refuse at this step, as if it had failed (tests edit the plan).
     fail_at: str = ""
 
 
@@ -163,21 +295,24 @@ MSGQUEUE_BYTES: Final = 819200
 SIGPENDING: Final = 4096
 
 
-def rlimits_for(limits: Limits) -> tuple[tuple[int, int, int], ...]:
-    """`Limits` to (resource, soft, hard); units are converted here only.
+def rlimits_for(limits: Limits) -> tuple[Rlimit, ...]:
+    """`Limits` to rlimits; units are converted here only.
 
     SIGPENDING and MSGQUEUE are counted per (user namespace, uid) from
     kernel 5.14: set before the namespaces exist, they bound the run
     alone, and what it takes from the caller's own per-uid count."""
+    def rlimit(res: int, soft: int, hard: int | None = None) -> Rlimit:
+        return Rlimit(resource=res, soft=soft, hard=soft if hard is None else hard)
+
     return (
         # SIGXCPU at the soft limit, SIGKILL one second later.
-        (resource.RLIMIT_CPU, limits.cpu_time_s, limits.cpu_time_s + 1),
-        (resource.RLIMIT_AS, limits.address_space_bytes, limits.address_space_bytes),
-        (resource.RLIMIT_FSIZE, limits.file_size_bytes, limits.file_size_bytes),
-        (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
-        (resource.RLIMIT_CORE, 0, 0),
-        (resource.RLIMIT_SIGPENDING, SIGPENDING, SIGPENDING),
-        (resource.RLIMIT_MSGQUEUE, MSGQUEUE_BYTES, MSGQUEUE_BYTES),
+        rlimit(resource.RLIMIT_CPU, limits.cpu_time_s, limits.cpu_time_s + 1),
+        rlimit(resource.RLIMIT_AS, limits.address_space_bytes),
+        rlimit(resource.RLIMIT_FSIZE, limits.file_size_bytes),
+        rlimit(resource.RLIMIT_NOFILE, limits.open_files),
+        rlimit(resource.RLIMIT_CORE, 0),
+        rlimit(resource.RLIMIT_SIGPENDING, SIGPENDING),
+        rlimit(resource.RLIMIT_MSGQUEUE, MSGQUEUE_BYTES),
     )
 
 
@@ -195,7 +330,7 @@ _IPCMNI = 32000  # the kernel's default array and queue counts (32768 at most)
 _PAGE = 4096
 
 
-def ipc_limits_for(limits: Limits) -> tuple[tuple[str, str], ...]:
+def ipc_limits_for(limits: Limits) -> tuple[Sysctl, ...]:
     """The run's SysV IPC sizes (its own IPC namespace's sysctls), from
     `memory_bytes`: shared memory at most a quarter of it (shmall),
     semaphores (their undo lists included) and message queues a sixteenth
@@ -208,7 +343,7 @@ def ipc_limits_for(limits: Limits) -> tuple[tuple[str, str], ...]:
     semmni, semmns = max(1, min(_IPCMNI, semmni)), max(1, semmns)
     msgmni = max(1, min(_IPCMNI, share // ((_MSG_BYTES + 1) * _MSGMNB)))
     shm_bytes = limits.memory_bytes // 4
-    return (
+    values = (
         # SEMMSL SEMMNS SEMOPM SEMMNI
         ("sem", f"{min(semmns, _IPCMNI)} {semmns} 500 {semmni}"),
         ("msgmni", str(msgmni)),
@@ -218,11 +353,10 @@ def ipc_limits_for(limits: Limits) -> tuple[tuple[str, str], ...]:
         ("shmmax", str(shm_bytes)),
         ("shmmni", "4096"),
     )
+    return tuple(Sysctl(name=name, value=value) for name, value in values)
 
 
-def environment(
-    jail_dir: str, names: Sequence[str], import_paths: Sequence[str] = ()
-) -> dict[str, str]:
+def environment(names: Sequence[str], import_paths: Sequence[str] = ()) -> dict[str, str]:
     """The whole environment of a jailed process: nothing is inherited."""
     known = {"PATH": _PATH, "HOME": WORKDIR, "TMPDIR": WORKDIR, "LANG": "C.UTF-8"}
     env = {name: known[name] for name in names}
@@ -231,33 +365,22 @@ def environment(
     return env
 
 
-def trunner_dir() -> str:
-    """The directory trunner is imported from."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+def profile_paths(profile: JailProfile, import_paths: Sequence[str] = ()) -> list[str]:
+    """Every host path a plan for `profile` may look at (`probe.snapshot`)."""
+    named = [*profile.read_exec, *profile.read_only, *profile.read_write, *import_paths]
+    return [p for p in named if p not in (PYTHON_PATHS, TRUNNER_PATH)] + list(ETC_FILES)
 
 
-def package_dir() -> str:
-    """trunner's own package directory: the only part of a checkout the jail sees."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def python_paths() -> tuple[str, ...]:
-    """Where this interpreter, its stdlib and site-packages live."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-    paths.add(os.path.dirname(os.path.realpath(sys.executable)))
-    return tuple(sorted(paths))
-
-
-def resolve_paths(paths: Sequence[str]) -> list[str]:
+def resolve_paths(paths: Sequence[str], host: HostPaths) -> list[str]:
     """Expand the profile's symbolic paths; drop system paths this host lacks
     (e.g. no /lib64), which cannot then be reached anyway."""
     out: list[str] = []
     for path in paths:
         if path == PYTHON_PATHS:
-            out += python_paths()
+            out += host.python
         elif path == TRUNNER_PATH:
-            out.append(package_dir())
-        elif os.path.exists(path):
+            out.append(host.package)
+        elif host.kind(path) != "missing":
             out.append(path)
     return out
 
@@ -283,74 +406,79 @@ def _identity() -> tuple[str, str]:
     return passwd, f"trunner:x:{JAIL_ID}:\nnogroup:x:65534:\n"
 
 
-def root_ops(binds: Sequence[str]) -> tuple[RootOp, ...]:
+def root_ops(binds: Sequence[str], host: HostPaths) -> tuple[RootOp, ...]:
     """The operations that build the jail's root: scratch dirs first (binds
     may land inside /tmp), then read-only binds of `binds` (host paths; a
     symlink such as /bin -> usr/bin is recreated, its target bound), the
     short /etc, the synthesized identity files, /dev and the host's /proc
     (pid 2 mounts the jail's own over it: `PROC_OPS`)."""
     ops: list[RootOp] = [
-        ("scratch", "work", WORKDIR, 0o700),
-        ("scratch", "tmp", "/tmp", 0o1777),
-        ("scratch", "shm", "/dev/shm", 0o1777),
+        Scratch(name="work", path=WORKDIR, mode=0o700),
+        Scratch(name="tmp", path="/tmp", mode=0o1777),
+        Scratch(name="shm", path="/dev/shm", mode=0o1777),
     ]
     links: list[RootOp] = []
     real: list[str] = []
     for path in binds:
-        if os.path.islink(path):
-            links.append(("symlink", os.readlink(path), path, 0))
-            real.append(os.path.realpath(path))
+        entry = host.entries.get(path)
+        if entry is not None and entry.kind == "symlink":
+            links.append(Symlink(target=entry.target, path=path))
+            real.append(entry.real)
         else:
             real.append(path)
-    ops += [("bind", path, path, 0) for path in _outermost(real)]
+    ops += [Bind(source=path, path=path) for path in _outermost(real)]
     ops += links
-    ops.append(("dir", "", "/etc", 0o755))
+    ops.append(Dir(path="/etc", mode=0o755))
     for path in ETC_FILES:
-        if os.path.islink(path):
-            ops.append(("symlink", os.readlink(path), path, 0))
-        elif os.path.exists(path):
-            ops.append(("bind", path, path, 0))
+        entry = host.entries.get(path)
+        if entry is not None and entry.kind == "symlink":
+            ops.append(Symlink(target=entry.target, path=path))
+        elif host.kind(path) != "missing":
+            ops.append(Bind(source=path, path=path))
     passwd, group = _identity()
     ops += [
-        ("file", passwd, "/etc/passwd", 0o644),
-        ("file", group, "/etc/group", 0o644),
-        ("file", f"127.0.0.1 localhost\n::1 localhost\n127.0.1.1 {HOSTNAME}\n", "/etc/hosts",
-         0o644),
-        ("file", HOSTNAME + "\n", "/etc/hostname", 0o644),
+        File(content=passwd, path="/etc/passwd", mode=0o644),
+        File(content=group, path="/etc/group", mode=0o644),
+        File(content=f"127.0.0.1 localhost\n::1 localhost\n127.0.1.1 {HOSTNAME}\n",
+             path="/etc/hosts", mode=0o644),
+        File(content=HOSTNAME + "\n", path="/etc/hostname", mode=0o644),
     ]
-    ops += [("bind", f"/dev/{name}", f"/dev/{name}", _WRITABLE | _DEVICE) for name in DEV_NODES]
-    ops += [("symlink", "/proc/self/fd", "/dev/fd", 0)]
-    ops += [("symlink", f"/proc/self/fd/{fd}", f"/dev/{name}", 0)
+    ops += [Bind(source=f"/dev/{name}", path=f"/dev/{name}",
+                 flags=abi.BIND_WRITABLE | abi.BIND_DEVICE) for name in DEV_NODES]
+    ops.append(Symlink(target="/proc/self/fd", path="/dev/fd"))
+    ops += [Symlink(target=f"/proc/self/fd/{fd}", path=f"/dev/{name}")
             for fd, name in enumerate(("stdin", "stdout", "stderr"))]
-    ops.append(("host_proc", "", "/proc", 0))
+    ops.append(HostProc(path="/proc"))
     return tuple(ops)
 
 
 #: What pid 2 does to the jail's fresh /proc.
-PROC_OPS: Final = (*(("read_only", path) for path in PROC_READ_ONLY),
-                   *(("mask", path) for path in PROC_MASKED))
+PROC_OPS: Final[tuple[ProcOp, ...]] = (*(ReadOnly(path=path) for path in PROC_READ_ONLY),
+                                       *(Mask(path=path) for path in PROC_MASKED))
 
 
 def plan_jail(
     limits: Limits,
     host: HostSupport,
+    paths: HostPaths,
     profile: JailProfile,
-    jail_dir: str,
     *,
     import_paths: Sequence[str] = (),
-    cgroup: str | None = None,
-    memory_cgroup: str | None = None,
+    cgroup: str = CGROUP,
+    memory_cgroup: str = MEMORY_CGROUP,
     parent_pid: int = 0,
     landlock_abi: int | None = None,
     unsafe_skip: Sequence[str] = (),
-    fail_at: str = "",
     host_id: int | None = None,
+    seccomp_bpf: bytes | None = None,
 ) -> HelperPlan:
-    """The helper plan for one run. `cgroup` is the run's pids cgroup when
-    the host's process limit is a cgroup; `host_id` the host uid and gid a
+    """The helper plan for one run, from what is passed in only. `cgroup`
+    and `memory_cgroup` are the run's cgroups where the host's process
+    limit and memory bound are cgroups; `host_id` the host uid and gid a
     root caller's jail runs as (anyone else's runs as its caller); None
     plans with the first of `ids.DEFAULT_RANGE` (the rules version hashes
-    a placeholder for it).
+    a placeholder for it). `seccomp_bpf` is the profile's filter, compiled
+    (by default, here).
 
     Raises:
         ValueError: the host has no process-limit mechanism, a namespace or
@@ -368,39 +496,40 @@ def plan_jail(
         raise ValueError("a jail never runs as host uid or gid 0")
     # The helper and the jail's pid 1 are trunner's, not the run's.
     processes = limits.processes + TRUNNER_PROCESSES
-    process_limit: tuple[Literal["pids_cgroup", "userns_nproc", "rlimit_nproc"], str, int]
+    process_limit: ProcessLimitPlan
     if limit.kind == "pids_cgroup":
-        process_limit = ("pids_cgroup", CGROUP if cgroup is None else cgroup, processes)
+        process_limit = PidsCgroup(cgroup=cgroup, max=processes)
+    elif limit.kind == "userns_nproc":
+        process_limit = UsernsNproc(max=processes)
     else:
-        process_limit = (limit.kind, "", processes)
-    memory: tuple[Literal["memory_cgroup", "none"], str, int] = ("none", "", 0)
+        process_limit = RlimitNproc(max=processes)
+    memory: MemoryPlan = NoMemoryCgroup()
     if host.is_root and host.memory_cgroup_base:
-        where = MEMORY_CGROUP if memory_cgroup is None else memory_cgroup
-        memory = ("memory_cgroup", where, limits.memory_bytes)
+        memory = MemoryCgroup(cgroup=memory_cgroup, bytes=limits.memory_bytes)
     flags = 0
     for name in profile.namespaces:
-        flags |= _NAMESPACE_FLAGS[name]
+        flags |= abi.NAMESPACE_FLAGS[name]
     # The helper's `ipc` step makes the IPC namespace (sized) before this unshare.
-    flags &= ~_CLONE_NEWIPC
+    flags &= ~abi.CLONE_NEWIPC
     missing = [name for name in REQUIRED_NAMESPACES if name not in profile.namespaces]
     if missing:
         raise ValueError(f"a jail always has its own {', '.join(missing)} namespace")
-    unknown = sorted(set(unsafe_skip) - set(SKIPPABLE))
+    unknown = sorted(set(unsafe_skip) - set(abi.SKIPPABLE))
     if unknown:
         raise ValueError(f"cannot skip {unknown}")
-    abi = min(host.landlock_abi if landlock_abi is None else landlock_abi, landlock.KNOWN_ABI)
-    read_exec = resolve_paths(profile.read_exec)
-    read_only = [*resolve_paths(profile.read_only), *import_paths]
+    ll_abi = min(host.landlock_abi if landlock_abi is None else landlock_abi, landlock.KNOWN_ABI)
+    read_exec = resolve_paths(profile.read_exec, paths)
+    read_only = [*resolve_paths(profile.read_only, paths), *import_paths]
     binds_ro = [p for p in [*read_exec, *read_only] if not _is_built(p)]
     if TRUNNER_PATH in profile.read_exec:
         # Its parent, on sys.path, must be listable; in the jail it holds
         # only mount points (the package, a venv), never the checkout.
-        read_only.append(os.path.dirname(package_dir()))
-    read_write = [WORKDIR, "/tmp", "/dev/shm", *resolve_paths(profile.read_write)]
+        read_only.append(os.path.dirname(paths.package))
+    read_write = [WORKDIR, "/tmp", "/dev/shm", *resolve_paths(profile.read_write, paths)]
     binds = [*binds_ro, *(p for p in read_write if not _is_built(p))]
     # Landlock stays on top of the binds, on the paths as the jail sees them.
     ruleset = landlock.plan_ruleset(
-        abi,
+        ll_abi,
         read_exec=read_exec,
         read_only=read_only,
         read_write=read_write,
@@ -410,7 +539,7 @@ def plan_jail(
         connect_tcp_ports=profile.tcp_connect_ports,
         host_network="net" not in profile.namespaces,
     )
-    env = environment(jail_dir, profile.environment, import_paths)
+    env = environment(profile.environment, import_paths)
     return HelperPlan(
         env=tuple(sorted(env)),
         process_limit=process_limit,
@@ -423,60 +552,79 @@ def plan_jail(
         uid=uid,
         gid=gid,
         jail_id=JAIL_ID,
-        root_ops=root_ops(binds),
+        root_ops=root_ops(binds, paths),
         proc_ops=PROC_OPS,
-        scratch=(limits.scratch_bytes, max(1024, limits.scratch_bytes // 4096)),
+        scratch=ScratchSize(bytes=limits.scratch_bytes,
+                            inodes=max(1024, limits.scratch_bytes // 4096)),
         staging=STAGING,
         hostname=HOSTNAME,
         workdir=WORKDIR,
-        landlock=ruleset,
+        landlock=LandlockPlan.of(ruleset),
         parent_pid=parent_pid,
-        seccomp_bpf=seccomp.build_bpf(profile.seccomp),
+        seccomp_bpf=seccomp.build_bpf(profile.seccomp) if seccomp_bpf is None else seccomp_bpf,
         unsafe_skip=tuple(sorted(set(unsafe_skip))),
-        fail_at=fail_at,
     )
 
 
+def for_run(plan: HelperPlan, *, cgroup: str | None, memory_cgroup: str | None,
+            host_id: int | None, parent_pid: int) -> HelperPlan:
+    """`plan` (planned once per `Limits`) with one run's own values."""
+    changes: dict[str, Any] = {"parent_pid": parent_pid}
+    if isinstance(plan.process_limit, PidsCgroup) and cgroup is not None:
+        changes["process_limit"] = msgspec.structs.replace(plan.process_limit, cgroup=cgroup)
+    if isinstance(plan.memory, MemoryCgroup) and memory_cgroup is not None:
+        changes["memory"] = msgspec.structs.replace(plan.memory, cgroup=memory_cgroup)
+    if host_id is not None:
+        changes["uid"] = changes["gid"] = host_id
+    return msgspec.structs.replace(plan, **changes)
+
+
+def plain(plan: HelperPlan) -> dict[str, Any]:
+    """The plan as plain values: what the helper reads and what is hashed."""
+    data: dict[str, Any] = msgspec.to_builtins(plan, builtin_types=(bytes,))
+    return data
+
+
 def encode_plan(plan: HelperPlan) -> str:
-    """The helper's plan argv item: hex of a marshal dict of plain values."""
-    data: dict[str, Any] = msgspec.structs.asdict(plan)
-    data["landlock"] = plan.landlock.install_args()
-    data = msgspec.to_builtins(data, builtin_types=(bytes,))
-    return marshal.dumps(data).hex()
+    """The helper's plan argv item: hex of marshal of `plain(plan)`."""
+    return marshal.dumps(plain(plan)).hex()
 
 
-def hashed_plan(plan: HelperPlan, env: Mapping[str, str], jail_dir: str) -> dict[str, Any]:
-    """The plan and environment as hashed: per-run values (jail dir,
-    cgroups, parent pid, host uid and gid) and install locations replaced
-    by placeholders (so any clone of the same rules, and any two concurrent
-    runs, have the same version)."""
-    names = {jail_dir: JAIL_DIR, trunner_dir(): TRUNNER_PATH}
-    names.update((path, PYTHON_PATHS) for path in python_paths())
+def hashed_plan(data: dict[str, Any], host: HostPaths, env: dict[str, str]) -> dict[str, Any]:
+    """Plain plan values as hashed: per-run values (cgroups, parent pid,
+    host uid and gid) and install locations (the interpreter's prefixes,
+    trunner's dir; the longest first) replaced by placeholders, so that any
+    clone of the same rules, and any two concurrent runs, have the same
+    version; the root's ops sorted (their order follows where the install
+    lives). `env` is the jail's environment, hashed beside the plan."""
+    names = {host.trunner_dir: TRUNNER_PATH, **dict.fromkeys(host.python, PYTHON_PATHS)}
+    prefixes = sorted(names, key=len, reverse=True)
 
     def name(value: object) -> object:
-        if not isinstance(value, str):
+        if isinstance(value, str):
+            for path in prefixes:
+                if value == path or value.startswith(path.rstrip("/") + "/"):
+                    return names[path] + value[len(path.rstrip("/")):]
             return value
-        if value in names:
-            return names[value]
-        for path, placeholder in names.items():  # inside an install location
-            if value.startswith(path.rstrip("/") + "/"):
-                return placeholder + value[len(path.rstrip("/")):]
+        if isinstance(value, dict):
+            return {key: name(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [name(item) for item in value]
         return value
 
-    rules = plan.landlock
-    path_rules = sorted({(name(path), access) for path, access in rules.path_rules})
-    data: dict[str, Any] = msgspec.structs.asdict(plan)
-    data["landlock"] = msgspec.structs.replace(rules, path_rules=tuple(path_rules))
-    # Sorted: the order of the binds follows where the install lives (a
-    # checkout under /tmp sorts apart from one under /work); the set is what
-    # the placeholders make the same.
-    data["root_ops"] = sorted((op, name(a) if op == "bind" else a, name(b), n)
-                              for op, a, b, n in plan.root_ops)
-    if plan.process_limit[0] == "pids_cgroup":
-        data["process_limit"] = ("pids_cgroup", CGROUP, plan.process_limit[2])
-    if plan.memory[0] == "memory_cgroup":
-        data["memory"] = ("memory_cgroup", MEMORY_CGROUP, plan.memory[2])
-    data["parent_pid"] = 0
-    data["uid"], data["gid"] = HOST_UID, HOST_GID
-    data["env"] = {key: name(value) for key, value in env.items()}
-    return data
+    out: dict[str, Any] = name(data)  # type: ignore[assignment]
+    out["root_ops"] = sorted(out["root_ops"], key=msgspec.msgpack.Encoder(order="sorted").encode)
+    if out["process_limit"]["kind"] == "pids_cgroup":
+        out["process_limit"]["cgroup"] = CGROUP
+    if out["memory"]["kind"] == "memory_cgroup":
+        out["memory"]["cgroup"] = MEMORY_CGROUP
+    out["parent_pid"] = 0
+    out["uid"], out["gid"] = HOST_UID, HOST_GID
+    out["env"] = name(env)
+    return out
+
+
+def field_names() -> tuple[str, ...]:
+    """`HelperPlan`'s fields, in order (equal to `abi.PLAN_FIELDS`)."""
+    return HelperPlan.__struct_fields__
+

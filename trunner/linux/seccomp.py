@@ -2,7 +2,7 @@
 
 `build_bpf` compiles a `SeccompPolicy` into classic BPF bytes with pyseccomp
 (imported lazily: it is slow to import), once per policy; the helper only
-installs the bytes (`trunner.linux.install`). `syscall_name` names a killed
+installs the bytes (`trunner.linux.kernel.install`). `syscall_name` names a killed
 syscall number.
 
 A call the policy does not allow fails with an errno, so a program can carry
@@ -732,3 +732,17 @@ def syscall_name(nr: int) -> str | None:
             name = None
     _NAME_CACHE[nr] = name
     return name
+
+
+def libseccomp_version() -> str:
+    """The version of the libseccomp that compiles the filters, `MAJOR.MINOR.MICRO`
+    (part of the rules version: another libseccomp may compile other bytes)."""
+    import ctypes
+
+    class _Version(ctypes.Structure):
+        _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+
+    lib = _import_pyseccomp()._libseccomp
+    lib.seccomp_version.restype = ctypes.POINTER(_Version)
+    v = lib.seccomp_version().contents
+    return f"{v.major}.{v.minor}.{v.micro}"

@@ -3,7 +3,7 @@
 `DEFAULT_PROFILE` allows no network at all. The provider profile is the same
 jail except that it shares the host's network namespace and may open TCP
 connections to configured ports (Landlock ABI >= 4 net rules); it is made
-from a template shipped in `trunner/profiles/provider.toml`, whose
+from a template shipped in `trunner/linux/profiles/provider.toml`, whose
 placeholders are filled from configuration. What a profile decides reaches
 the helper's plan, and the plan is what the effective rules version hashes.
 """
@@ -154,3 +154,15 @@ def provider_profile(
         read_only=tuple(sorted({*DEFAULT_PROFILE.read_only, *data.extra_read_only})),
         seccomp=policy,
     )
+
+
+def template_blake3() -> str | None:
+    """The BLAKE3 of the shipped provider template (part of the rules
+    version of every provider run); None if it is not installed."""
+    import blake3
+
+    try:
+        with open(PROVIDER_TEMPLATE, "rb") as f:
+            return blake3.blake3(f.read()).hexdigest()
+    except FileNotFoundError:
+        return None

@@ -23,7 +23,7 @@
  *   INIT    pid 1's host pid (this process's child)
  *   PROC    an O_PATH descriptor of the host's /proc (to name pid 2 after a
  *           seccomp kill)
- *   REPORT  the report pipe (helper.REPORT_FD)
+ *   REPORT  the report pipe (abi.REPORT_FD)
  *   ADAPTER what pid 2 runs: not read, only shown (the host's `ps` tells
  *           which run a waiter serves, as the helper's argv did)
  *
@@ -41,8 +41,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "abi.h" /* generated from abi.py at build */
+
 #define CLD_EXITED_CODE 1   /* waitid si_code of a child that exited */
-static const char NOTE[] = "\0jail-pid "; /* helper.JAIL_PID_NOTE */
+static const char NOTE[] = TRUNNER_JAIL_PID_NOTE; /* abi.NOTE_MARK + abi.JAIL_PID_NOTE + " " */
 
 static long parse(const char *s, const char **end)
 {
@@ -178,7 +180,7 @@ static void __attribute__((noreturn)) run_init(void)
 
 int main(int argc, char **argv)
 {
-    char end[64], note[sizeof NOTE - 1 + 24];
+    char end[64], note[sizeof NOTE - 1 + 25];
     long ends, init, proc, report, code = 0, value = 0, jail = 0;
     ssize_t got;
     int status;
@@ -187,7 +189,7 @@ int main(int argc, char **argv)
         run_init();
     if (argc < 5 || (argc > 5 && strcmp(argv[5], "--") != 0) || (ends = arg(argv[1])) < 0 || (init = arg(argv[2])) <= 0
         || (proc = arg(argv[3])) < 0 || (report = arg(argv[4])) < 0)
-        _exit(121); /* helper.SANDBOX_SETUP_EXIT; the caller never gets here */
+        _exit(TRUNNER_SANDBOX_SETUP_EXIT); /* the caller never gets here */
     /* One atomic write from pid 1, which may then hold the pipe open (after
      * a seccomp kill): one read, never wait for EOF. */
     while ((got = read((int)ends, end, sizeof end - 1)) < 0 && errno == EINTR)
@@ -217,6 +219,7 @@ int main(int argc, char **argv)
         size_t n = sizeof NOTE - 1;
         memcpy(note, NOTE, n);
         n += (size_t)decimal(note + n, jail);
+        note[n++] = '\n';
         if (write((int)report, note, n) < 0) {
             /* the parent is gone or not reading: the signal still tells */
         }

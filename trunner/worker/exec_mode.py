@@ -31,19 +31,24 @@ import select
 import sys
 import time
 
-from trunner.linux._kernel import NR, syscall
-from trunner.wire import EXEC_COLLECT_MAX_FILES, EXEC_PATH_MAX_BYTES
+from trunner.linux.kernel._kernel import NR, syscall
+from trunner.linux.kernel.abi import (
+    PR_SET_DUMPABLE,
+    S_IFDIR,
+    S_IFMT,
+    S_IFREG,
+    SIGKILL,
+    SIGPIPE,
+    SIGXFSZ,
+)
+from trunner.worker.wire import EXEC_COLLECT_MAX_FILES, EXEC_PATH_MAX_BYTES
 
 TYPE_CHECKING = False  # not from typing: importing it costs the adapter ~5 ms
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from typing import Any
 
-# Literals: importing signal costs the adapter ~1 ms (it imports enum).
-_SIGKILL, _SIGPIPE, _SIGXFSZ = 9, 13, 25
 _CHUNK = 1 << 16
-_S_IFMT, _S_IFDIR, _S_IFREG = 0o170000, 0o040000, 0o100000
-_PR_SET_DUMPABLE = 4
 #: Exit code of an adapter that tried to import after its program started.
 IMPORT_AFTER_START_EXIT = 1
 
@@ -122,7 +127,7 @@ def _prepare(patterns: Sequence[str]) -> None:
     # and ptrace-checked, so the program (same uid, same Landlock domain)
     # cannot open the response pipe or this memory. The program's own exec
     # makes it dumpable again.
-    syscall(NR["prctl"], _PR_SET_DUMPABLE, 0, 0, 0, 0)
+    syscall(NR["prctl"], PR_SET_DUMPABLE, 0, 0, 0, 0)
     sys.addaudithook(_refuse_imports)
 
 
@@ -144,7 +149,7 @@ def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
             argv[0], argv, posix.environ,
             file_actions=[(posix.POSIX_SPAWN_DUP2, in_r, 0), (posix.POSIX_SPAWN_DUP2, out_w, 1),
                           (posix.POSIX_SPAWN_DUP2, err_w, 2)],
-            setsigdef=(_SIGPIPE, _SIGXFSZ),
+            setsigdef=(SIGPIPE, SIGXFSZ),
         )
     except BaseException:
         for fd in (in_w, out_r, err_r):
@@ -195,7 +200,7 @@ def _pump(pid: int, stdin: bytes, stdin_w: int, caps: dict[int, int],
                     continue
                 buf += chunk
                 if len(buf) > caps[fd]:
-                    posix.kill(pid, _SIGKILL)
+                    posix.kill(pid, SIGKILL)
                     crossed = True
                     break
     finally:
@@ -235,7 +240,7 @@ def _makedirs(path: str) -> None:
         try:
             posix.mkdir(current, 0o755)
         except FileExistsError:
-            if posix.stat(current).st_mode & _S_IFMT != _S_IFDIR:
+            if posix.stat(current).st_mode & S_IFMT != S_IFDIR:
                 raise
 
 
@@ -303,9 +308,9 @@ def _match(segments: list[str]) -> Iterator[str]:
                 mode = posix.lstat(path).st_mode
             except (OSError, ValueError):
                 continue
-            if rest and mode & _S_IFMT == _S_IFDIR:
+            if rest and mode & S_IFMT == S_IFDIR:
                 stack.append((path + "/", rest))
-            elif not rest and mode & _S_IFMT == _S_IFREG and _plain(path):
+            elif not rest and mode & S_IFMT == S_IFREG and _plain(path):
                 yield path
 
 
@@ -346,7 +351,7 @@ def _read_no_follow(path: str, most: int) -> bytes | None:
     finally:
         posix.close(dir_fd)
     try:
-        if posix.fstat(fd).st_mode & _S_IFMT != _S_IFREG:
+        if posix.fstat(fd).st_mode & S_IFMT != S_IFREG:
             return None
         chunks, left = [], most
         while left > 0:

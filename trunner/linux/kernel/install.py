@@ -2,7 +2,7 @@
 
 Runs in the single-threaded helper between spawn and exec. Imports only
 `posix` (built in; `os` costs the helper ~1.5 ms) and `_kernel`, the raw
-system calls (trunner/linux/_kernel.c; ctypes cost ~3 ms). Every function
+system calls (trunner/linux/kernel/_kernel.c; ctypes cost ~3 ms). Every function
 takes ints, strings and bytes the parent resolved, and raises
 `OSError(errno, strerror, what)` when the kernel refuses. No policy is
 decided here. The parent also calls `landlock_abi()` to probe.
@@ -11,18 +11,18 @@ decided here. The parent also calls `landlock_abi()` to probe.
 import posix
 import sys
 
+from trunner.linux.kernel.abi import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, S_IFDIR, S_IFMT
+
 try:
-    from trunner.linux._kernel import NR, seccomp_filter, syscall
+    from trunner.linux.kernel._kernel import NR, seccomp_filter, syscall
 except ImportError as e:  # compiled at install (hatch_build.py)
-    raise ImportError(f"trunner.linux._kernel is not built ({e}): reinstall trunner where a"
+    raise ImportError(f"trunner.linux.kernel._kernel is not built ({e}): reinstall trunner where a"
                       " C compiler and the Python headers are present") from e
 
-#: The helper's waiting stage (trunner/linux/waiter.c), built beside this
+#: The helper's waiting stage (trunner/linux/kernel/waiter.c), built beside this
 #: module at install: what the helper execs once pid 1 is forked.
 WAITER = __file__.rpartition("/")[0] + "/trunner-waiter"
 
-_PR_SET_PDEATHSIG = 1
-_PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_GET_NO_NEW_PRIVS = 39
@@ -32,8 +32,6 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _LANDLOCK_CREATE_RULESET_VERSION = 1
 _LANDLOCK_RULE_PATH_BENEATH = 1
 _LANDLOCK_RULE_NET_PORT = 2
-_S_IFMT = 0o170000
-_S_IFDIR = 0o040000
 _SOCK_FILTER_BYTES = 8
 _BPF_MAXINSNS = 4096
 _SIGSET_BYTES = 8  # the kernel's sigset_t (rt_sigaction's last argument)
@@ -129,11 +127,11 @@ def default_signal(sig: int) -> None:
 
 
 def set_dumpable(on: bool) -> None:
-    _prctl(_PR_SET_DUMPABLE, int(on), "prctl(PR_SET_DUMPABLE)")
+    _prctl(PR_SET_DUMPABLE, int(on), "prctl(PR_SET_DUMPABLE)")
 
 
 def set_parent_death_signal(sig: int) -> None:
-    _prctl(_PR_SET_PDEATHSIG, sig, "prctl(PR_SET_PDEATHSIG)")
+    _prctl(PR_SET_PDEATHSIG, sig, "prctl(PR_SET_PDEATHSIG)")
 
 
 def set_rlimit(resource: int, soft: int, hard: int) -> None:
@@ -177,7 +175,7 @@ def restrict_filesystem(
             except OSError as e:
                 raise OSError(e.errno, e.strerror, f"landlock_add_rule({path})") from None
             try:
-                is_dir = posix.fstat(fd).st_mode & _S_IFMT == _S_IFDIR
+                is_dir = posix.fstat(fd).st_mode & S_IFMT == S_IFDIR
                 rights = dir_rights if is_dir else file_rights
                 if rights:  # struct landlock_path_beneath_attr, packed: 12 bytes
                     attr = _u64(rights) + fd.to_bytes(4, sys.byteorder, signed=True)

@@ -1,7 +1,8 @@
 """Helper side: build the jail's root, pivot into it, and give it a /proc.
 
-Imports only `posix` and `trunner.linux.install`. Every operation
-comes resolved from the parent (`plan.root_ops`, `plan.proc_ops`); a refused
+Imports only `posix` and `trunner.linux.kernel` (abi, install). Every operation
+comes resolved from the parent (`plan.root_ops`, `plan.PROC_OPS`), as plain
+dicts naming their `op`; a refused
 one raises `OSError` naming the target, and the helper refuses the jail:
 nothing half-built is ever run in.
 
@@ -31,28 +32,32 @@ then the hostname and the working dir.
 
 import posix
 
-from trunner.linux.install import _path, call, pivot_root
+from trunner.linux.kernel.abi import (
+    BIND_DEVICE,
+    BIND_WRITABLE,
+    MNT_DETACH,
+    MS_BIND,
+    MS_NOATIME,
+    MS_NODEV,
+    MS_NODIRATIME,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_RDONLY,
+    MS_REC,
+    MS_RELATIME,
+    MS_REMOUNT,
+    S_IFDIR,
+    S_IFMT,
+)
+from trunner.linux.kernel.install import _path, call, pivot_root
 
-MS_RDONLY = 1
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_NOEXEC = 8
-MS_REMOUNT = 32
-MS_NOATIME = 1024
-MS_NODIRATIME = 2048
-MS_BIND = 4096
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
-MS_RELATIME = 1 << 21
-MNT_DETACH = 2
+TYPE_CHECKING = False  # not from typing: importing it costs the helper ~5 ms
+if TYPE_CHECKING:
+    from typing import Any
+
 _ST_TO_MS = ((1, MS_RDONLY), (2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC),
              (1024, MS_NOATIME), (2048, MS_NODIRATIME), (4096, MS_RELATIME))
-_S_IFMT = 0o170000
-_S_IFDIR = 0o040000
-
-#: Bind flags in a plan op.
-WRITABLE = 1
-DEVICE = 2
 
 OLD = "/oldroot"
 NEW = "/newroot"
@@ -99,7 +104,7 @@ def _bind(source: str, target: str, flags: int) -> None:
         st = posix.stat(source)
     except OSError as e:
         raise OSError(e.errno, e.strerror, f"bind({source[len(OLD):]})") from None
-    if st.st_mode & _S_IFMT == _S_IFDIR:
+    if st.st_mode & S_IFMT == S_IFDIR:
         _mkdirs(target)
     else:
         _touch(target)
@@ -109,8 +114,8 @@ def _bind(source: str, target: str, flags: int) -> None:
     for st_flag, ms_flag in _ST_TO_MS:
         if vfs & st_flag:
             keep |= ms_flag
-    extra = MS_NOSUID | (MS_NOEXEC if flags & DEVICE else MS_NODEV)
-    if not flags & WRITABLE:
+    extra = MS_NOSUID | (MS_NOEXEC if flags & BIND_DEVICE else MS_NODEV)
+    if not flags & BIND_WRITABLE:
         extra |= MS_RDONLY
     mount("", target, "", MS_REMOUNT | MS_BIND | keep | extra)
 
@@ -128,10 +133,10 @@ def _skeleton(target: str, scratch_dirs: "list[str]", skeletons: "list[str]") ->
             return
 
 
-def build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, str, str, int]]",
+def build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any]]",
                owner: "tuple[int, int]") -> None:
     """Build the jail's root from `ops` and pivot into it (see the module
-    docstring). `scratch` is (bytes, inodes) of the run's one tmpfs for the
+    docstring). `scratch` is the size (bytes, inodes) of the run's one tmpfs for the
     working dir, /tmp and /dev/shm; its dirs belong to `owner` (uid, gid),
     the ids the jail will run as."""
     mount("", "/", "", MS_REC | MS_PRIVATE)
@@ -142,37 +147,39 @@ def build_root(staging: str, scratch: "tuple[int, int]", ops: "list[tuple[str, s
     mount("newroot", "newroot", "", MS_BIND)  # a mount point, for the last pivot
     pivot_root(".", "oldroot")
     posix.chdir("/")
-    size, inodes = scratch
+    size, inodes = scratch["bytes"], scratch["inodes"]
     posix.mkdir(SCRATCH, 0o755)
     mount("tmpfs", SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV,
           f"mode=0755,size={size},nr_inodes={inodes}")
     scratch_dirs: list[str] = []
     skeletons: list[str] = []
-    for op, a, b, n in ops:
-        target = NEW + b
+    for item in ops:
+        op = item["op"]
+        target = NEW + item["path"]
         if op != "scratch":
             _skeleton(target, scratch_dirs, skeletons)
         if op == "bind":
-            _bind(OLD + a, target, n)
+            _bind(OLD + item["source"], target, item["flags"])
         elif op == "dir":
-            _mkdirs(target, n)
-            posix.chmod(target, n)
+            _mkdirs(target, item["mode"])
+            posix.chmod(target, item["mode"])
         elif op == "symlink":
             _mkdirs(_dirname(target))
-            posix.symlink(a, target)
+            posix.symlink(item["target"], target)
         elif op == "file":
             _mkdirs(_dirname(target))
             flags = posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC
-            fd = posix.open(target, flags, n)
+            fd = posix.open(target, flags, item["mode"])
             try:
-                posix.write(fd, _path(a))
+                posix.write(fd, _path(item["content"]))
             finally:
                 posix.close(fd)
-        elif op == "scratch":  # a dir of the scratch tmpfs, bound on `b`
-            source = SCRATCH + "/" + a
-            posix.mkdir(source, n)
+        elif op == "scratch":  # a dir of the scratch tmpfs, bound on `path`
+            mode = item["mode"]
+            source = SCRATCH + "/" + item["name"]
+            posix.mkdir(source, mode)
             posix.chown(source, *owner)
-            posix.chmod(source, n)  # the umask must not narrow 1777
+            posix.chmod(source, mode)  # the umask must not narrow 1777
             _mkdirs(target)
             mount(source, target, "", MS_BIND)
             scratch_dirs.append(target + "/")
@@ -205,7 +212,7 @@ def _mask(target: str) -> None:
         st = posix.lstat(target)
     except FileNotFoundError:
         return
-    if st.st_mode & _S_IFMT == _S_IFDIR:
+    if st.st_mode & S_IFMT == S_IFDIR:
         mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
               "size=0,mode=555")
     else:
@@ -221,11 +228,12 @@ def _read_only(target: str) -> None:
     mount("", target, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
-def enter_jail(proc_ops: "list[tuple[str, str]]", hostname: str, workdir: str) -> None:
+def enter_jail(proc_ops: "list[dict[str, str]]", hostname: str, workdir: str) -> None:
     """In pid 2: the jail's own /proc over the host's, `proc_ops` ("mask" or
-    "read_only", path), the hostname, the working dir."""
+    "read_only" a path), the hostname, the working dir."""
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for op, target in proc_ops:
+    for item in proc_ops:
+        op, target = item["op"], item["path"]
         if op == "mask":
             _mask(target)
         elif op == "read_only":

@@ -13,7 +13,7 @@ on stderr and no frame. After the frame is written the process leaves with
 import posix
 import sys
 
-from trunner.wire import HEADER_BYTES, frame, unpack
+from trunner.worker.wire import HEADER_BYTES, frame, unpack
 
 TYPE_CHECKING = False  # not from typing: importing it costs the adapter ~5 ms
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def _resolve(mode: str) -> "Callable[[bytes], bytes]":
     if mode == "echo":
         return lambda body: frame(echo(unpack(body)))
     if mode == "exec":
-        from trunner.exec_mode import run_exec
+        from trunner.worker.exec_mode import run_exec
 
         return lambda body: frame(run_exec(unpack(body)))
     module, sep, attr = mode.partition(":")

@@ -1,0 +1,123 @@
+"""Every constant both sides of the jail share, written once.
+
+The parent (plan, landlock, seccomp, backend) and the helper side (helper,
+install, mounts, the worker's exec mode) import them from here; waiter.c
+gets `abi.h`, generated from this file at build (`c_header`). Kernel
+numbers are Linux UAPI values, the same on every architecture trunner
+runs on. Imports nothing: the helper pays for every import on every spawn.
+"""
+
+# -- the helper's own protocol --------------------------------------------------
+
+#: Exit code of a refused jail (some setup step failed).
+SANDBOX_SETUP_EXIT = 121
+#: Exit code when the real uid's process count cannot be measured.
+PROCESS_COUNT_EXIT = 122
+#: The helper's report pipe (write end), as the helper holds it.
+REPORT_FD = 3
+#: trunner-waiter, opened (O_PATH) before the jail exists: pid 1 and the
+#: helper exec it from this descriptor, never by a path.
+WAITER_FD = 4
+#: Plan format version; the parent and the helper ship together.
+PLAN_VERSION = 7
+#: The plan's fields, in the order the helper applies them. The parent's
+#: `HelperPlan` has exactly these (tests/test_plan.py pins it).
+PLAN_FIELDS = (
+    "version", "env", "process_limit", "jail_nproc", "memory", "rlimits", "ipc_limits",
+    "build_userns", "unshare_flags", "uid", "gid", "jail_id", "root_ops", "proc_ops",
+    "scratch", "staging", "hostname", "workdir", "landlock", "parent_pid", "seccomp_bpf",
+    "unsafe_skip", "fail_at",
+)
+#: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
+#: version). Nothing else is ever skipped. (Not the namespaces: the jail's
+#: root, which Landlock's paths name, is built in them.)
+SKIPPABLE = ("process_limit", "rlimits", "capabilities", "landlock", "parent_death", "seccomp")
+#: Steps that run in the jail's pid 2 (after the fork), in order.
+JAIL_STEPS = ("proc", "capabilities", "descriptors", "no_new_privs", "landlock", "seccomp")
+
+#: The report pipe carries notes, each NOTE_MARK, a word, a space, numbers
+#: separated by spaces and a newline, and at most one refusal: any other
+#: text (the step that failed and why), written by the helper or pid 2
+#: just before it exits SANDBOX_SETUP_EXIT or PROCESS_COUNT_EXIT.
+NOTE_MARK = b"\0"
+#: Note: the jail's pid 1, as "init HOSTPID STARTTIME" (its start time in
+#: clock ticks, /proc/PID/stat field 22): the parent waits on it at teardown.
+INIT_NOTE = b"init"
+#: Note: after a seccomp kill, "jail-pid HOSTPID" of pid 2, for the kernel
+#: log's record (written by trunner-waiter).
+JAIL_PID_NOTE = b"jail-pid"
+
+# -- kernel numbers --------------------------------------------------------------
+
+SIGINT, SIGKILL, SIGPIPE, SIGXFSZ, SIGSYS = 2, 9, 13, 25, 31
+RLIMIT_NPROC = 6
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+#: Each namespace kind a profile names, and its flag.
+NAMESPACE_FLAGS = {"cgroup": CLONE_NEWCGROUP, "ipc": CLONE_NEWIPC, "mount": CLONE_NEWNS,
+                   "net": CLONE_NEWNET, "pid": CLONE_NEWPID, "user": CLONE_NEWUSER,
+                   "uts": CLONE_NEWUTS}
+
+S_IFMT = 0o170000
+S_IFIFO = 0o010000
+S_IFDIR = 0o040000
+S_IFREG = 0o100000
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+MNT_DETACH = 2
+#: A bind op's flags in the plan.
+BIND_WRITABLE = 1
+BIND_DEVICE = 2
+
+# Landlock (include/uapi/linux/landlock.h). Filesystem rights; ABI 1 has bits 0..12.
+ACCESS_FS_EXECUTE = 1 << 0
+ACCESS_FS_WRITE_FILE = 1 << 1
+ACCESS_FS_READ_FILE = 1 << 2
+ACCESS_FS_READ_DIR = 1 << 3
+ACCESS_FS_REMOVE_DIR = 1 << 4
+ACCESS_FS_REMOVE_FILE = 1 << 5
+ACCESS_FS_MAKE_CHAR = 1 << 6
+ACCESS_FS_MAKE_DIR = 1 << 7
+ACCESS_FS_MAKE_REG = 1 << 8
+ACCESS_FS_MAKE_SOCK = 1 << 9
+ACCESS_FS_MAKE_FIFO = 1 << 10
+ACCESS_FS_MAKE_BLOCK = 1 << 11
+ACCESS_FS_MAKE_SYM = 1 << 12
+ACCESS_FS_REFER = 1 << 13  # ABI 2 (Linux 5.19)
+ACCESS_FS_TRUNCATE = 1 << 14  # ABI 3 (Linux 6.2)
+ACCESS_FS_IOCTL_DEV = 1 << 15  # ABI 5 (Linux 6.10)
+# Network rights, ABI 4 (Linux 6.7).
+ACCESS_NET_BIND_TCP = 1 << 0
+ACCESS_NET_CONNECT_TCP = 1 << 1
+# IPC scopes, ABI 6 (Linux 6.12).
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
+SCOPE_SIGNAL = 1 << 1
+
+
+def c_header() -> str:
+    """`abi.h` for waiter.c: the constants C needs, from this file."""
+    note = "".join(f"\\{b:03o}" for b in NOTE_MARK + JAIL_PID_NOTE + b" ")
+    return (
+        "/* Generated from trunner/linux/kernel/abi.py at build: do not edit. */\n"
+        f"#define TRUNNER_SANDBOX_SETUP_EXIT {SANDBOX_SETUP_EXIT}\n"
+        f"#define TRUNNER_JAIL_PID_NOTE \"{note}\"\n"
+    )
