@@ -43,7 +43,7 @@ from trunner import invocation
 from trunner.helper import SKIPPABLE
 from trunner.jail import Command
 from trunner.limits import Limits
-from trunner.linux.backend import LinuxBackend, LinuxJail, helper_launch
+from trunner.linux.backend import LinuxBackend, LinuxJail
 from trunner.linux.plan import environment
 from trunner.protocol import encode_frame
 from trunner.worker import locate_worker
@@ -75,20 +75,19 @@ import posix, sys
 sys.path.insert(0, sys.argv.pop(1))
 from trunner.worker import main
 marks.append(("import trunner.worker", _t()))
+from trunner.linux.kernel import install
+marks.append(("install", _t()))
 from trunner import helper
 marks.append(("import trunner.helper", _t()))
 
 def after(fn, name=None):
     def call(*args):
-        first = not helper._INSTALL
         result = fn(*args)
-        if name != "install" or first:
-            marks.append((name or args[0], _t()))
+        marks.append((name or args[0], _t()))
         return result
     return call
 
 helper._read_plan = after(helper._read_plan, "plan parse")
-helper._install = after(helper._install, "install")
 helper._apply = after(helper._apply)
 _execv = posix.execv
 def execv(path, args):
@@ -128,14 +127,15 @@ class BenchBackend(LinuxBackend):
                   limits: Limits) -> TimedJail:
         self.at["open_jail"] = now()
         if self.bare:
-            env = environment(jail_dir, self.profile.environment)
-            jail = TimedJail(Command(argv=self.bare, env=env, cwd=jail_dir), at=self.at)
+            env = environment(self.profile.environment)
+            jail = TimedJail(Command(argv=self.bare, env=env, cwd=jail_dir), jail_dir, at=self.at)
         else:
             real = super().open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits)
             cmd = real.command
             if self.rewrite is not None:
                 cmd = dataclasses.replace(cmd, argv=self.rewrite(cmd.argv))
-            jail = TimedJail(cmd, real.cgroups, real.memory_cgroup, at=self.at)
+            jail = TimedJail(cmd, jail_dir, real.cgroups, real.memory_cgroup, real.host_id,
+                             at=self.at)
         self.at["opened"] = now()
         return jail
 
@@ -151,7 +151,7 @@ async def once(backend: BenchBackend, temp_root: str, adapter: Argv = ADAPTER,
     at["started"] = now()
     out = await invocation.serve(started, frame, CAPS)
     at["served"] = now()
-    if out.failure is not None or out.report is not None or out.exit_code != 0:
+    if out.failure is not None or out.exit_code != 0:
         raise RuntimeError(f"{started.jail.command.argv[:2]} failed: {out.failure} "
                            f"{out.detail} report={out.report} exit={out.exit_code} "
                            f"stderr={bytes(out.stderr[-400:])!r}")
@@ -268,12 +268,7 @@ async def imports(worker: str, tmp: str, n: int) -> dict[str, Any]:
     backend = BenchBackend(worker)
     # The adapter stage as the helper execs it (`python -I -S ... echo`
     # where this revision has adapter_argv), with -X importtime.
-    try:
-        from trunner.worker import adapter_argv
-    except ImportError:
-        echo = importtime((helper_launch(worker)[0], worker, "echo"))
-    else:
-        echo = importtime(adapter_argv(worker, "echo"))
+    echo = importtime(backend.adapter_argv("echo"))
     paths: dict[str, Callable[[], Any]] = {
         "helper (trunner-worker helper, full plan)":
             lambda: once(BenchBackend(worker, rewrite=importtime), tmp),
@@ -343,7 +338,7 @@ async def parent_phases(worker: str, tmp: str, n: int) -> dict[str, Any]:
         at["started"] = now()
         out = await invocation.serve(started, frame, invocation.Caps.of(LIMITS))
         at["served"] = now()
-        reply = invocation.judge(out, backend, LIMITS.stdout_max_bytes)
+        reply = invocation.judge(out, started.jail, LIMITS.stdout_max_bytes)
         at["judged"] = now()
         if reply != payload:
             raise RuntimeError(f"echo: wrong reply {reply!r}")

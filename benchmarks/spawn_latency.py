@@ -65,7 +65,7 @@ def bwrap_argv(bwrap: str, adapter: tuple[str, ...]) -> list[str]:
     """bubblewrap around `adapter`, binding read-only only what it needs: the
     system dirs, the venv, its base interpreter's prefix and trunner's dir,
     wherever they are (a project's .venv included)."""
-    from trunner.linux.plan import trunner_dir
+    from trunner.linux.probe import trunner_dir
 
     wanted = ["/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc/ld.so.cache",
               sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
@@ -85,11 +85,17 @@ def bwrap_argv(bwrap: str, adapter: tuple[str, ...]) -> list[str]:
 def worker_adapter(worker: str) -> tuple[str, ...]:
     """How trunner starts the `echo` adapter (`python -I -S ...` where this
     revision does), so bare, bwrap and trunner run the same adapter."""
+    try:  # a trunner of the restructure on: the backend knows
+        from trunner.linux.backend import LinuxBackend
+
+        return LinuxBackend(worker).adapter_argv("echo")
+    except (ImportError, AttributeError):
+        pass
     try:
-        from trunner.worker import adapter_argv
+        from trunner.worker import adapter_argv  # type: ignore[attr-defined]
     except ImportError:  # an older trunner: the script under its shebang
         return (worker, "echo")
-    return adapter_argv(worker, "echo")
+    return adapter_argv(worker, "echo")  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -421,11 +427,28 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+class _Bare:
+    """A jail that holds nothing, for a bare drain (`trunner.jail.Jail`)."""
+
+    def __init__(self, command: Any) -> None:
+        self.command, self.jail_dir = command, "/"
+
+    def spawned(self, pgid: int) -> None:
+        pass
+
+    def killed(self, pgid: int) -> None:
+        pass
+
+    async def wait_gone(self, pgid: int, report: bytes) -> None:
+        pass
+
+
 async def drain_trunner(nbytes: int, backend: Any | None, temp_root: str) -> dict[str, float]:
     """One capped drain through trunner.spawn + trunner.nursery_run.supervise,
     the parent's exact drain path. With `backend`, the command is jailed
     (helper, Landlock, seccomp ...) as Runner would; without, it is bare."""
     import gc
+    import inspect
 
     from trunner.cleanup import remove_tree
     from trunner.jail import Command
@@ -442,6 +465,10 @@ async def drain_trunner(nbytes: int, backend: Any | None, temp_root: str) -> dic
         cmd = jail.command
     else:
         cmd = Command(argv=argv, env={}, cwd="/")
+    # A trunner of the restructure on spawns a Jail; older revisions a Command.
+    target: Any = cmd
+    if "jail" in inspect.signature(spawn).parameters:
+        target = jail if jail is not None else _Bare(cmd)
     gc.collect()
     _trim_heap()
     hwm_ok = _reset_peak_rss()
@@ -457,7 +484,7 @@ async def drain_trunner(nbytes: int, backend: Any | None, temp_root: str) -> dic
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sample_rss)
             t0 = time.perf_counter()
-            child = await spawn(cmd)
+            child = await spawn(target)
             timed = _TimedStream(child.stdout)
             child.stdout = timed  # type: ignore[assignment]
             outcome = await supervise(

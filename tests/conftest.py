@@ -49,7 +49,7 @@ async def watch_children(seen: list[int]) -> None:
 
 def cgroup_dirs() -> set[str]:
     from trunner.linux import cgroup
-    from trunner.linux.backend import probe_host
+    from trunner.linux.probe import probe_host
 
     limit = probe_host().process_limit
     if limit is None or limit.kind != "pids_cgroup":
@@ -95,8 +95,8 @@ def landlock_cap() -> int | None:
 def landlock_abi_in_force() -> int:
     """The ABI the test runners' jails use: the cap, else the kernel's (at most the
     highest trunner knows)."""
-    from trunner.linux.backend import probe_host
     from trunner.linux.landlock import KNOWN_ABI
+    from trunner.linux.probe import probe_host
 
     cap = landlock_cap()
     return min(probe_host().landlock_abi if cap is None else cap, KNOWN_ABI)

@@ -391,3 +391,43 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
+
+
+def plan_for(limits: Any, host: Any, profile: Any = None, **options: Any) -> Any:
+    """`plan_jail` for `profile` (default: the default profile) on this
+    host's paths, as the backend plans it."""
+    from trunner.linux.plan import plan_jail, profile_paths
+    from trunner.linux.probe import snapshot
+    from trunner.linux.profile import DEFAULT_PROFILE
+
+    profile = DEFAULT_PROFILE if profile is None else profile
+    return plan_jail(limits, host, snapshot(profile_paths(profile)), profile, **options)
+
+
+class Unjailed:
+    """A `trunner.jail.Jail` that holds nothing: `spawn` and `supervise` on
+    a plain child, to test the supervision mechanism alone, not the jail."""
+
+    def __init__(self, argv: tuple[str, ...]) -> None:
+        from trunner.jail import Command
+
+        self.command = Command(argv=argv, env={}, cwd="/")
+        self.jail_dir = "/"
+
+    def spawned(self, pgid: int) -> None:
+        pass
+
+    def killed(self, pgid: int) -> None:
+        pass
+
+    async def wait_gone(self, pgid: int, report: bytes) -> None:
+        pass
+
+    def oom_kills(self) -> int:
+        return 0
+
+    async def release(self) -> None:
+        pass
+
+    def explain(self, exit_code: int, report: bytes, started_us: int) -> None:
+        return None

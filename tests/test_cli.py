@@ -21,7 +21,6 @@ from trunner import (
     RunnerError,
     cancel_on_signals,
     locate_worker,
-    runner as runner_module,
 )
 from trunner.jail import HostSupport, ProcessLimit
 
@@ -72,16 +71,13 @@ async def test_entry_point_modes_resolve_and_run(
     )
     (dist / "entry_points.txt").write_text("[trunner.modes]\nslow-sleep = children:sleep\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    runner_module._mode_entry_points.cache_clear()
-    try:
-        runner = Runner(temp_root=str(jail_root), import_paths=[TESTS_DIR])
-        assert runner.resolve_mode("slow-sleep") == "children:sleep"
-        assert (await runner.run("slow-sleep", 0.01)).response == "slept"
-        with pytest.raises(RunnerError) as info:
-            runner.resolve_mode("not-registered")
-        assert info.value.reason is Reason.UNKNOWN_MODE
-    finally:
-        runner_module._mode_entry_points.cache_clear()
+    # Each Runner reads the entry points once, at its first lookup.
+    runner = Runner(temp_root=str(jail_root), import_paths=[TESTS_DIR])
+    assert runner.resolve_mode("slow-sleep") == "children:sleep"
+    assert (await runner.run("slow-sleep", 0.01)).response == "slept"
+    with pytest.raises(RunnerError) as info:
+        runner.resolve_mode("not-registered")
+    assert info.value.reason is Reason.UNKNOWN_MODE
 
 
 # -- SIGTERM and SIGINT: cancellation, cleanup, 128+signal ---------------------
@@ -243,7 +239,7 @@ def test_doctor_layers_name_what_covers_a_missing_feature(
 ) -> None:
     """The pure report from plain host facts: older kernels (and caps) list each
     Landlock feature they lack with the layer that covers it."""
-    from trunner.linux.backend import host_layers
+    from trunner.linux.probe import host_layers
 
     layers = host_layers(_host(kernel, ALL_NS), cap)
     landlock = layers["landlock"]
@@ -259,7 +255,7 @@ def test_doctor_layers_name_what_covers_a_missing_feature(
 
 
 def test_doctor_layers_without_landlock_or_a_namespace() -> None:
-    from trunner.linux.backend import host_layers
+    from trunner.linux.probe import host_layers
 
     layers = host_layers(_host(0, tuple(n for n in ALL_NS if n != "pid")))
     assert layers["namespaces"] == {"holds": False, "available": ["user", "net", "mount", "ipc",

@@ -25,7 +25,6 @@ from trunner import (
     Reason,
     Runner,
     RunnerError,
-    exec_mode,
     workdir,
 )
 from trunner.protocol import (
@@ -36,6 +35,7 @@ from trunner.protocol import (
     encode_frame,
     exec_frame_bytes,
 )
+from trunner.worker import exec_mode
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -455,7 +455,7 @@ def _reply(*paths: str, unmatched: tuple[str, ...] = ()) -> ExecResult:
 
 
 def test_a_collected_file_no_pattern_matches_fails_the_run() -> None:
-    from trunner.runner import check_exec_reply
+    from trunner.workdir import check_exec_reply
 
     limits = Limits()
     check_exec_reply(_reply("build/a.o"), limits, ["build/*.o"])

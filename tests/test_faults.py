@@ -22,11 +22,12 @@ import pytest
 import trio
 
 import trunner.invocation
+import trunner.jail
 from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds, watch_children
 from support import jailed_under, wait_jail_pid
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.linux import cgroup
-from trunner.linux.backend import probe_host
+from trunner.linux.probe import probe_host
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -139,7 +140,7 @@ async def test_cancel_at_random_points_leaves_nothing(
               for _ in range(200)]
     leaders: dict[object, list[int]] = {}
     jail_dirs: dict[object, list[str]] = {}
-    from trunner.cleanup import make_jail_dir as real_make_jail_dir
+    from trunner.jail import make_jail_dir as real_make_jail_dir
     from trunner.spawn import spawn as real_spawn
 
     async def spawn(cmd: Any) -> Any:
@@ -153,7 +154,7 @@ async def test_cancel_at_random_points_leaves_nothing(
         return path
 
     monkeypatch.setattr(trunner.invocation, "spawn", spawn)
-    monkeypatch.setattr(trunner.invocation, "make_jail_dir", make_jail_dir)
+    monkeypatch.setattr(trunner.jail, "make_jail_dir", make_jail_dir)
     problems: list[str] = []
     counts = {"cancelled": 0, "spawned": 0, "jail_dir_made": 0}
     limiter = trio.CapacityLimiter(4)

@@ -17,18 +17,13 @@ import msgspec
 import pytest
 
 from conftest import child_pids
+from support import plan_for
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.jail import HostSupport
-from trunner.linux.backend import LinuxBackend, LinuxJail, probe_host
-from trunner.linux.plan import (
-    WORKDIR,
-    HelperPlan,
-    encode_plan,
-    package_dir,
-    plan_jail,
-    trunner_dir,
-)
+from trunner.linux.backend import LinuxBackend, LinuxJail
+from trunner.linux.plan import WORKDIR, Bind, HelperPlan, PidsCgroup, Rlimit, encode_plan
+from trunner.linux.probe import package_dir, probe_host, trunner_dir
 from trunner.linux.profile import DEFAULT_PROFILE
 from trunner.worker import locate_worker
 
@@ -46,11 +41,11 @@ class PlanEditing(LinuxBackend):
 
     edit: Callable[[HelperPlan], HelperPlan] = staticmethod(lambda plan: plan)
 
-    def _plan(
-        self, limits: Limits, jail_dir: str, cgroup_dir: str | None, memory_dir: str | None,
-        host_id: int | None = None,
+    def _plan_for_run(
+        self, limits: Limits, cgroup_dir: str | None, memory_dir: str | None,
+        host_id: int | None,
     ) -> HelperPlan:
-        return type(self).edit(super()._plan(limits, jail_dir, cgroup_dir, memory_dir, host_id))
+        return type(self).edit(super()._plan_for_run(limits, cgroup_dir, memory_dir, host_id))
 
 
 class ArgvEditing(LinuxBackend):
@@ -80,14 +75,14 @@ async def refusal(runner: Runner) -> RunnerError:
 
 @pytest.mark.parametrize("step", STEPS)
 async def test_each_setup_step_fails_closed(jail_root: Path, step: str) -> None:
-    e = await refusal(runner_on(jail_root, LinuxBackend(locate_worker(), fail_at=step)))
+    e = await refusal(runner_on(jail_root, _edited(fail_at=step)(locate_worker())))
     assert e.reason is Reason.SANDBOX_SETUP
     assert e.exit_status == SANDBOX_SETUP_EXIT
     assert e.detail == f"{step}: forced failure (plan fail_at={step})"
 
 
 async def test_process_count_failure_is_its_own_reason(jail_root: Path) -> None:
-    e = await refusal(runner_on(jail_root, LinuxBackend(locate_worker(), fail_at="process_count")))
+    e = await refusal(runner_on(jail_root, _edited(fail_at="process_count")(locate_worker())))
     assert e.reason is Reason.PROCESS_COUNT
     assert e.exit_status == PROCESS_COUNT_EXIT
 
@@ -103,7 +98,8 @@ def _edited(**changes: Any) -> type[PlanEditing]:
 async def test_rlimit_above_the_hard_limit_is_refused(jail_root: Path) -> None:
     import resource
 
-    backend = _edited(rlimits=((resource.RLIMIT_NOFILE, 64, 32),))(locate_worker())
+    backend = _edited(rlimits=(Rlimit(resource=resource.RLIMIT_NOFILE, soft=64, hard=32),))(
+        locate_worker())
     e = await refusal(runner_on(jail_root, backend))
     assert e.reason is Reason.SANDBOX_SETUP
     assert e.detail.startswith(f"rlimits: setrlimit({resource.RLIMIT_NOFILE}, 64, 32)")
@@ -114,7 +110,8 @@ async def test_rlimit_above_the_kernel_maximum_is_refused(jail_root: Path) -> No
 
     nr_open = int(Path("/proc/sys/fs/nr_open").read_text())
     too_many = nr_open + 1
-    backend = _edited(rlimits=((resource.RLIMIT_NOFILE, too_many, too_many),))(locate_worker())
+    backend = _edited(rlimits=(Rlimit(resource=resource.RLIMIT_NOFILE, soft=too_many,
+                                      hard=too_many),))(locate_worker())
     e = await refusal(runner_on(jail_root, backend))
     assert e.reason is Reason.SANDBOX_SETUP
     assert e.detail.startswith(f"rlimits: setrlimit({resource.RLIMIT_NOFILE}, {too_many}")
@@ -132,7 +129,7 @@ _LIMIT = probe_host().process_limit
 )
 async def test_a_cgroup_that_cannot_be_joined_is_refused(jail_root: Path, tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-cgroup")
-    backend = _edited(process_limit=("pids_cgroup", missing, 32))(locate_worker())
+    backend = _edited(process_limit=PidsCgroup(cgroup=missing, max=32))(locate_worker())
     e = await refusal(runner_on(jail_root, backend))
     assert e.reason is Reason.SANDBOX_SETUP
     assert e.detail.startswith(f"process_limit: {missing}/pids.max")
@@ -151,7 +148,7 @@ async def test_a_landlock_path_that_vanished_fails_closed(jail_root: Path, tmp_p
 
 
 async def test_an_unknown_process_limit_mechanism_is_refused(jail_root: Path) -> None:
-    backend = _edited(process_limit=("none", "", 0))(locate_worker())
+    backend = _edited(process_limit={"kind": "none", "max": 0})(locate_worker())
     e = await refusal(runner_on(jail_root, backend))
     assert e.reason is Reason.SANDBOX_SETUP
     assert e.detail == "process_limit: unknown mechanism 'none'"
@@ -188,8 +185,8 @@ async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, ke
 @pytest.mark.parametrize(("item", "detail"), [
     ("zz", "plan: not a plan"),
     ("", "plan: not a plan"),
-    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 6"),
-    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 6"),
+    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 7"),
+    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 7"),
 ])
 async def test_a_corrupt_plan_fails_closed(jail_root: Path, item: str, detail: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(lambda _: item)))
@@ -230,21 +227,19 @@ def test_plan_jail_is_pure_and_names_every_layer() -> None:
                        seccomp_filter=True, user_namespaces=True, network_namespaces=True,
                        process_limit=probe_host().process_limit)
     limits = Limits(processes=5, open_files=99)
-    a = plan_jail(limits, host, DEFAULT_PROFILE, "/j", parent_pid=42, cgroup="/cg")
-    assert a == plan_jail(limits, host, DEFAULT_PROFILE, "/j", parent_pid=42, cgroup="/cg")
+    a = plan_for(limits, host, parent_pid=42, cgroup="/cg")
+    assert a == plan_for(limits, host, parent_pid=42, cgroup="/cg")
     # user, net, mount, pid, uts, cgroup; ipc is the helper's `ipc` step, sized
     assert a.unshare_flags == (
         0x10000000 | 0x40000000 | 0x20000 | 0x20000000 | 0x04000000 | 0x02000000)
-    assert dict(a.ipc_limits)["shmmax"] == str(limits.memory_bytes // 4)
+    assert {s.name: s.value for s in a.ipc_limits}["shmmax"] == str(limits.memory_bytes // 4)
     assert (a.uid, a.gid, a.parent_pid) == (1000, 1000, 42)
-    rules = dict(a.landlock.path_rules)
+    rules = {rule.path: rule.dir_access for rule in a.landlock.paths}
     for path in (WORKDIR, "/tmp", "/dev/shm"):  # the scratch is writable
         assert rules[path] & 0b10
-    assert "/j" not in rules
-    assert not any("/j" in op[1:3] for op in a.root_ops)
-    assert a.scratch[0] == limits.scratch_bytes
+    assert a.scratch.bytes == limits.scratch_bytes
     assert a.workdir == WORKDIR
-    binds = {op[2] for op in a.root_ops if op[0] == "bind"}
+    binds = {op.path for op in a.root_ops if isinstance(op, Bind)}
     assert package_dir() in binds
     assert trunner_dir() not in binds  # not the checkout
     assert not {"/etc/shadow", "/etc", "/proc"} & binds
@@ -252,14 +247,14 @@ def test_plan_jail_is_pure_and_names_every_layer() -> None:
     assert a.fail_at == ""
     import resource
 
-    assert (resource.RLIMIT_NOFILE, 99, 99) in a.rlimits
-    assert (resource.RLIMIT_CORE, 0, 0) in a.rlimits
+    assert Rlimit(resource=resource.RLIMIT_NOFILE, soft=99, hard=99) in a.rlimits
+    assert Rlimit(resource=resource.RLIMIT_CORE, soft=0, hard=0) in a.rlimits
     assert marshal.loads(bytes.fromhex(encode_plan(a)))["seccomp_bpf"] == a.seccomp_bpf
     for name in ("user", "mount", "pid", "ipc", "uts", "cgroup"):
         without = msgspec.structs.replace(
             DEFAULT_PROFILE, namespaces=tuple(n for n in DEFAULT_PROFILE.namespaces if n != name))
         with pytest.raises(ValueError, match=f"own {name} namespace"):
-            plan_jail(limits, host, without, "/j")
+            plan_for(limits, host, without)
 
 
 # -- the report channel ----------------------------------------------------------
@@ -311,7 +306,7 @@ def test_the_probe_changes_nothing_on_the_host() -> None:
         "    elif event in ('os.mkdir', 'os.rmdir', 'os.rename', 'os.remove', 'os.chmod'):\n"
         "        seen.append((event, args[0]))\n"
         "sys.addaudithook(hook)\n"
-        "from trunner.linux.backend import probe_host\n"
+        "from trunner.linux.probe import probe_host\n"
         "host = probe_host()\n"
         "print(host.can_run, seen)\n"
     )

@@ -29,8 +29,8 @@ from support import (
     wait_uid_settled,
 )
 from trunner import Reason, Result, Runner
-from trunner.linux.backend import probe_host
-from trunner.linux.plan import TRUNNER_PROCESSES, WORKDIR, python_paths
+from trunner.linux.plan import TRUNNER_PROCESSES, WORKDIR
+from trunner.linux.probe import probe_host, python_paths
 
 
 def test_doctor_says_this_host_can_run() -> None:

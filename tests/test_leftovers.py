@@ -20,7 +20,7 @@ from support import jailed_under
 from trunner import Runner
 from trunner.cleanup import OWNER_DIR_PREFIX, owner_alive, owner_id
 from trunner.linux import cgroup
-from trunner.linux.backend import probe_host
+from trunner.linux.probe import probe_host
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

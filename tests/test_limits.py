@@ -94,9 +94,10 @@ def test_equal_limits_are_one_value_one_plan_one_version(fields: dict[str, Any])
     """An int for a float field (wall_time_s=5) is stored as the float, however the
     limits were built: equal limits encode, plan and version alike. Before, the
     constructor kept int 5 and from_mapping gave 5.0: equal, but two versions."""
+    from support import plan_for
     from trunner import Runner
-    from trunner.linux.backend import probe_host
-    from trunner.linux.plan import encode_plan, plan_jail
+    from trunner.linux.plan import encode_plan
+    from trunner.linux.probe import probe_host
     from trunner.linux.profile import DEFAULT_PROFILE
     from trunner.rules import effective_rules_version
 
@@ -105,7 +106,7 @@ def test_equal_limits_are_one_value_one_plan_one_version(fields: dict[str, Any])
     for name in Limits.__struct_fields__:
         assert {type(getattr(way, name)) for way in ways} == {type(getattr(Limits(), name))}, name
     assert len({msgspec.msgpack.encode(way) for way in ways}) == 1
-    plans = {encode_plan(plan_jail(way, probe_host(), DEFAULT_PROFILE, "/nonexistent"))
+    plans = {encode_plan(plan_for(way, probe_host(), DEFAULT_PROFILE))
              for way in ways}
     assert len(plans) == 1
     fresh = [Runner().rules_version(way) for way in ways]

@@ -10,12 +10,11 @@ import dataclasses
 
 import pytest
 
-from support import denied, pid_namespace_members, run_code
+from support import denied, pid_namespace_members, plan_for, run_code
 from trunner import Limits, Reason, Runner
 from trunner.limits import MiB
-from trunner.linux.backend import probe_host
-from trunner.linux.plan import plan_jail
-from trunner.linux.profile import DEFAULT_PROFILE
+from trunner.linux.plan import MemoryCgroup, NoMemoryCgroup
+from trunner.linux.probe import probe_host
 
 needs_memory_cgroup = pytest.mark.skipif(
     not probe_host().memory_cgroup_base,
@@ -78,10 +77,10 @@ def test_the_plan_names_the_memory_bound() -> None:
     host = probe_host()
     limits = Limits(memory_bytes=300 * MiB)
     root = dataclasses.replace(host, is_root=True, memory_cgroup_base="/sys/fs/cgroup/x")
-    plan = plan_jail(limits, root, DEFAULT_PROFILE, "/j", memory_cgroup="/cg/m")
-    assert plan.memory == ("memory_cgroup", "/cg/m", 300 * MiB)
+    plan = plan_for(limits, root, memory_cgroup="/cg/m")
+    assert plan.memory == MemoryCgroup(cgroup="/cg/m", bytes=300 * MiB)
     user = dataclasses.replace(host, is_root=False, uid=1000, gid=1000, memory_cgroup_base="")
-    assert plan_jail(limits, user, DEFAULT_PROFILE, "/j").memory == ("none", "", 0)
+    assert plan_for(limits, user).memory == NoMemoryCgroup()
     # Root without a memory controller: the same documented bound.
     bare = dataclasses.replace(root, memory_cgroup_base="")
-    assert plan_jail(limits, bare, DEFAULT_PROFILE, "/j").memory == ("none", "", 0)
+    assert plan_for(limits, bare).memory == NoMemoryCgroup()

@@ -18,7 +18,7 @@ from conftest import TESTS_DIR
 from support import denied, jailed_under, pid_namespace_members, run_code
 from trunner import Limits, Reason, Runner
 from trunner.limits import MiB
-from trunner.linux.plan import WORKDIR, HelperPlan
+from trunner.linux.plan import WORKDIR, Bind, HelperPlan
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
@@ -303,7 +303,7 @@ def _edited(edit: Callable[[HelperPlan], HelperPlan]) -> PlanEditing:
 async def test_a_bind_that_cannot_be_made_fails_closed(jail_root: Path, tmp_path: Path) -> None:
     gone = tmp_path / "gone"
     backend = _edited(lambda plan: msgspec.structs.replace(
-        plan, root_ops=(*plan.root_ops, ("bind", str(gone), str(gone), 0))))
+        plan, root_ops=(*plan.root_ops, Bind(source=str(gone), path=str(gone)))))
     e = await refusal(runner_on(jail_root, backend))
     assert e.reason is Reason.SANDBOX_SETUP
     assert e.detail.startswith(f"root: bind({gone}): No such file or directory"), e.detail
@@ -311,7 +311,7 @@ async def test_a_bind_that_cannot_be_made_fails_closed(jail_root: Path, tmp_path
 
 async def test_an_unknown_root_operation_fails_closed(jail_root: Path) -> None:
     backend = _edited(lambda plan: msgspec.structs.replace(
-        plan, root_ops=(*plan.root_ops, ("overlay", "", "/x", 0))))
+        plan, root_ops=(*plan.root_ops, {"op": "overlay", "path": "/x"})))
     e = await refusal(runner_on(jail_root, backend))
     assert e.reason is Reason.SANDBOX_SETUP
     assert "unknown root operation 'overlay'" in e.detail

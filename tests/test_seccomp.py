@@ -718,7 +718,8 @@ def test_import_is_cheap_for_the_helper() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     added = set(out.stdout.split())
-    assert added == {"trunner.linux", "trunner.linux.kernel.install", "trunner.linux.kernel._kernel"}
+    assert added == {"trunner.linux", "trunner.linux.kernel", "trunner.linux.kernel.abi",
+                     "trunner.linux.kernel.install", "trunner.linux.kernel._kernel"}
 
 
 def test_syscall_name() -> None:

@@ -14,9 +14,8 @@ import sys
 import pytest
 import trio
 
-from support import is_alive, wait_gone
+from support import Unjailed, is_alive, wait_gone
 from trunner.errors import Reason, RunnerError
-from trunner.jail import Command
 from trunner.nursery_run import supervise
 from trunner.spawn import spawn
 
@@ -36,7 +35,7 @@ os._exit(0)
 
 
 async def test_escaped_descendant_holding_stdout_is_drain_timeout() -> None:
-    cmd = Command(argv=(sys.executable, "-I", "-c", ESCAPE), env={}, cwd="/")
+    cmd = Unjailed((sys.executable, "-I", "-c", ESCAPE))
     child = await spawn(cmd)
     start = trio.current_time()
     outcome = await supervise(
@@ -57,13 +56,13 @@ async def test_escaped_descendant_holding_stdout_is_drain_timeout() -> None:
 
 async def test_stdin_larger_than_the_pipe_is_fed_and_unread_stdin_is_fine() -> None:
     data = os.urandom(3 * 1024 * 1024)
-    cmd = Command(argv=("/bin/cat",), env={}, cwd="/")
+    cmd = Unjailed(("/bin/cat",))
     outcome = await supervise(
         await spawn(cmd), data, deadline=trio.current_time() + 20,
         stdout_max_bytes=len(data), stderr_max_bytes=0,
     )
     assert (outcome.failure, outcome.exit_code, bytes(outcome.stdout)) == (None, 0, data)
-    cmd = Command(argv=("/bin/true",), env={}, cwd="/")
+    cmd = Unjailed(("/bin/true",))
     outcome = await supervise(
         await spawn(cmd), data, deadline=trio.current_time() + 20,
         stdout_max_bytes=0, stderr_max_bytes=0,
@@ -74,6 +73,6 @@ async def test_stdin_larger_than_the_pipe_is_fed_and_unread_stdin_is_fine() -> N
 async def test_spawn_failure_is_named_and_leaks_nothing() -> None:
     # (no_leaks checks the fds and children after the test)
     with pytest.raises(RunnerError) as info:
-        await spawn(Command(argv=("/nonexistent",), env={}, cwd="/"))
+        await spawn(Unjailed(("/nonexistent",)))
     assert info.value.reason is Reason.SPAWN_FAILED
     assert "errno 2" in info.value.detail, info.value.detail

@@ -99,10 +99,10 @@ def test_a_missing_waiter_refuses_every_run(monkeypatch: pytest.MonkeyPatch,
     `Runner()` and `trunner doctor`) refuses, naming it, before any spawn."""
     from trunner.errors import Reason
     from trunner.linux.kernel import install
-    from trunner.linux.backend import probe_host
+    from trunner.linux.probe import probe_host
 
     monkeypatch.setattr(install, "WAITER", str(tmp_path / "trunner-waiter"))
-    host = probe_host.__wrapped__()  # probe_host() is cached per process
+    host = probe_host()
     assert host.refusal is Reason.SANDBOX_SETUP
     assert host.refusal_detail.startswith(f"{tmp_path}/trunner-waiter is not built")
 

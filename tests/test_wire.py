@@ -15,7 +15,6 @@ import msgspec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from trunner.worker import exec_mode, wire
 from trunner.errors import Reason, RunnerError
 from trunner.protocol import (
     CollectedFile,
@@ -25,6 +24,7 @@ from trunner.protocol import (
     decode_single_frame,
     encode_frame,
 )
+from trunner.worker import exec_mode, wire
 
 INT64_MIN, UINT64_MAX = -(2**63), 2**64 - 1
 ints = st.one_of(

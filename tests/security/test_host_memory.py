@@ -144,7 +144,7 @@ async def test_the_jail_has_its_own_sized_ipc_namespace(runner: Runner) -> None:
             wrote = errno.errorcode[e.errno]
         result = {"values": values, "wrote": wrote}
     """, limits=limits)
-    want = dict(ipc_limits_for(Limits(memory_bytes=MEMORY)))
+    want = {s.name: s.value for s in ipc_limits_for(Limits(memory_bytes=MEMORY))}
     assert seen["values"] == {name: want[name].split() for name in ("sem", "msgmni", "shmall")}
     assert seen["wrote"] in ("EROFS", "EACCES")
     assert {name: Path(f"/proc/sys/kernel/{name}").read_text() for name in host} == host

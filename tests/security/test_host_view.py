@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from conftest import TESTS_DIR
 from support import run_code
-from trunner.linux.plan import package_dir, trunner_dir
+from trunner.linux.probe import package_dir, trunner_dir
 
 if TYPE_CHECKING:
     from trunner import Runner

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 from conftest import landlock_abi_in_force, landlock_cap
 from sec_helpers import run_code
 from trunner import Limits, Runner
-from trunner.linux.backend import LinuxBackend, probe_host
+from trunner.linux.backend import LinuxBackend
 from trunner.linux.landlock import FEATURES, KNOWN_ABI, features_for_abi
+from trunner.linux.probe import probe_host
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
@@ -28,10 +29,10 @@ def test_the_abi_in_force_is_the_one_hashed(runner: Runner) -> None:
     abi = landlock_abi_in_force()
     doc = runner.backend.rules_document(runner.limits)
     ruleset = doc["plan"]["landlock"]
-    assert ruleset.abi == abi
+    assert ruleset["abi"] == abi
     features = features_for_abi(abi)
-    assert bool(ruleset.handled_net) == features["tcp"]
-    assert bool(ruleset.scoped) == features["scope_signal"]
+    assert bool(ruleset["handled_net"]) == features["tcp"]
+    assert bool(ruleset["scoped"]) == features["scope_signal"]
     full = Runner(backend=LinuxBackend(locate_worker(), import_paths=runner.import_paths),
                   limits=runner.limits)
     kernel = min(probe_host().landlock_abi, KNOWN_ABI)

@@ -260,14 +260,15 @@ def test_nothing_trunner_trusts_can_be_renamed_or_replaced(
     trunner = f"{site}/trunner"
     python = f"{install}/venv/bin"
     stdlib = "/usr/lib/python{}.{}".format(*sys.version_info[:2])  # the install's base
-    trusted = [site, trunner, f"{trunner}/linux", python, stdlib, "/usr/bin", "/"]
+    trusted = [site, trunner, f"{trunner}/linux", f"{trunner}/linux/kernel", f"{trunner}/worker",
+               python, stdlib, "/usr/bin", "/"]
     verdict = call(install, ["python3", "-c", WALK_MOUNTS, *trusted], [],
                    uid=unused_id() if as_other_uid else None)
     assert verdict["ok"], verdict
     tried = dict(ast.literal_eval(verdict["stdout"]))
     for path in (str(install), "/tmp", "/home/trunner"):
         assert path in tried, tried
-    assert f"rename {trunner}/linux/trunner-waiter" in tried, tried
+    assert f"rename {trunner}/linux/kernel/trunner-waiter" in tried, tried
     # The jail's own scratch dirs take new files; nothing else does.
     assert [k for k, v in tried.items() if v == "OK"] == [], tried
 
