@@ -268,7 +268,7 @@ async def imports(worker: str, tmp: str, n: int) -> dict[str, Any]:
     backend = BenchBackend(worker)
     # The adapter stage as the helper execs it (`python -I -S ... echo`
     # where this revision has adapter_argv), with -X importtime.
-    echo = importtime(backend.adapter_argv("echo"))
+    echo = importtime(backend.adapter_argv("echo", builtin=True))
     paths: dict[str, Callable[[], Any]] = {
         "helper (trunner-worker helper, full plan)":
             lambda: once(BenchBackend(worker, rewrite=importtime), tmp),

@@ -88,7 +88,7 @@ def worker_adapter(worker: str) -> tuple[str, ...]:
     try:  # a trunner of the restructure on: the backend knows
         from trunner.linux.backend import LinuxBackend
 
-        return LinuxBackend(worker).adapter_argv("echo")
+        return LinuxBackend(worker).adapter_argv("echo", builtin=True)
     except (ImportError, AttributeError):
         pass
     try:

@@ -22,8 +22,8 @@ import trunner.cleanup
 from conftest import group_alive, is_alive
 from support import jailed_under
 from trunner import Reason, Runner, RunnerError
+from trunner.backend import make_jail_dir, remove_jail_dir
 from trunner.cleanup import remove_tree
-from trunner.jail import make_jail_dir, remove_jail_dir
 from trunner.linux import watchdog
 
 if TYPE_CHECKING:

@@ -239,7 +239,7 @@ def test_doctor_layers_name_what_covers_a_missing_feature(
 ) -> None:
     """The pure report from plain host facts: older kernels (and caps) list each
     Landlock feature they lack with the layer that covers it."""
-    from trunner.linux.probe import host_layers
+    from trunner.linux.doctor import host_layers
 
     layers = host_layers(_host(kernel, ALL_NS), cap)
     landlock = layers["landlock"]
@@ -255,7 +255,7 @@ def test_doctor_layers_name_what_covers_a_missing_feature(
 
 
 def test_doctor_layers_without_landlock_or_a_namespace() -> None:
-    from trunner.linux.probe import host_layers
+    from trunner.linux.doctor import host_layers
 
     layers = host_layers(_host(0, tuple(n for n in ALL_NS if n != "pid")))
     assert layers["namespaces"] == {"holds": False, "available": ["user", "net", "mount", "ipc",

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
+import trunner.backend
 import trunner.invocation
-import trunner.jail
 from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds, watch_children
 from support import jailed_under, wait_jail_pid
 from trunner import Limits, Reason, Runner, RunnerError
@@ -140,7 +140,7 @@ async def test_cancel_at_random_points_leaves_nothing(
               for _ in range(200)]
     leaders: dict[object, list[int]] = {}
     jail_dirs: dict[object, list[str]] = {}
-    from trunner.jail import make_jail_dir as real_make_jail_dir
+    from trunner.backend import make_jail_dir as real_make_jail_dir
     from trunner.spawn import spawn as real_spawn
 
     async def spawn(cmd: Any) -> Any:
@@ -154,7 +154,7 @@ async def test_cancel_at_random_points_leaves_nothing(
         return path
 
     monkeypatch.setattr(trunner.invocation, "spawn", spawn)
-    monkeypatch.setattr(trunner.jail, "make_jail_dir", make_jail_dir)
+    monkeypatch.setattr(trunner.backend, "make_jail_dir", make_jail_dir)
     problems: list[str] = []
     counts = {"cancelled": 0, "spawned": 0, "jail_dir_made": 0}
     limiter = trio.CapacityLimiter(4)

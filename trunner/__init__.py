@@ -3,7 +3,7 @@ exactly one verified answer.
 
 Exports are lazy: the worker's helper stage imports `trunner.helper` through
 this package and must not pay for trio or msgspec. (The helper's exit
-codes are re-exported by `trunner.jail`, the backend seam.)
+codes are re-exported by `trunner.backend`, the backend seam.)
 """
 
 # Not `from typing import TYPE_CHECKING`: importing typing costs the helper ~5 ms.
@@ -11,13 +11,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from trunner.errors import Reason as Reason, RunnerError as RunnerError
-    from trunner.invocation import Result as Result
-    from trunner.jail import (
+    from trunner.backend import (
         PROCESS_COUNT_EXIT as PROCESS_COUNT_EXIT,
         SANDBOX_SETUP_EXIT as SANDBOX_SETUP_EXIT,
         provider_profile_template_blake3 as provider_profile_template_blake3,
     )
+    from trunner.errors import Reason as Reason, RunnerError as RunnerError
+    from trunner.invocation import Result as Result
     from trunner.limits import Limits as Limits
     from trunner.protocol import (
         CollectedFile as CollectedFile,
@@ -32,14 +32,14 @@ if TYPE_CHECKING:
 _WHERE = {
     "Reason": "trunner.errors",
     "RunnerError": "trunner.errors",
-    "PROCESS_COUNT_EXIT": "trunner.jail",
-    "SANDBOX_SETUP_EXIT": "trunner.jail",
+    "PROCESS_COUNT_EXIT": "trunner.backend",
+    "SANDBOX_SETUP_EXIT": "trunner.backend",
     "Limits": "trunner.limits",
     "CollectedFile": "trunner.protocol",
     "ExecFile": "trunner.protocol",
     "ExecRequest": "trunner.protocol",
     "ExecResult": "trunner.protocol",
-    "provider_profile_template_blake3": "trunner.jail",
+    "provider_profile_template_blake3": "trunner.backend",
     "Result": "trunner.invocation",
     "Runner": "trunner.runner",
     "cancel_on_signals": "trunner.signals",

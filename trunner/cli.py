@@ -203,7 +203,7 @@ def _doctor(as_json: bool) -> int:
         report = {"refusal": e.reason.value, "refusal_detail": e.detail}
     ok = report.get("refusal") is None
     report["can_run"] = ok
-    from trunner.jail import host_report
+    from trunner.backend import host_report
 
     report.update(host_report())
     layers: dict[str, dict[str, Any]] = report.get("layers") or {}  # type: ignore[assignment]

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final
 import msgspec
 import trio
 
+from trunner.backend import close_jail, open_jail
 from trunner.errors import Reason, RunnerError
-from trunner.jail import Jail, close_jail, open_jail
+from trunner.jail import Jail  # noqa: TC001  annotates Started
 from trunner.nursery_run import Outcome, supervise
 from trunner.protocol import HEADER_BYTES, decode_single_frame, encode_frame
 from trunner.spawn import Child, spawn

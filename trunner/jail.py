@@ -1,4 +1,4 @@
-"""The backend seam: the jail contract every subprocess adapter runs under.
+"""The jail contract every subprocess adapter runs under.
 
 A `JailBackend` turns (adapter argv, limits, jail dir) into a `Jail`: the
 `Command` whose first stage is the worker's helper mode with the backend's
@@ -6,28 +6,17 @@ setup plan (a cleared environment holding only the names the backend sets,
 the jail dir as cwd), the rules version it enforces, and what the jail
 holds on the host until `release`. The `Jail` also reads the run's end: it
 explains the helper's exit and report (`explain`), and waits, at teardown,
-until nothing of the run is left (`wait_gone`). `open_jail` and
-`close_jail` make and remove the jail dir around it, each listed with the
-platform's watchdog first. This module is the only generic one that
-imports the platform's package, and `platform_backend()` the only place
-that reads `sys.platform`.
+until nothing of the run is left (`wait_gone`). Types and protocols only:
+`trunner.backend` picks the platform's backend and makes the jail's dir.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping  # noqa: TC003  annotates the Command dataclass: kept real
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from trunner import cleanup
 from trunner.errors import Reason, RunnerError
-
-# The helper's exit codes (constants both sides of the Linux jail share).
-from trunner.linux.kernel.abi import (
-    PROCESS_COUNT_EXIT as PROCESS_COUNT_EXIT,
-    SANDBOX_SETUP_EXIT as SANDBOX_SETUP_EXIT,
-)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -153,8 +142,9 @@ class JailBackend(Protocol):
     def check(self) -> None:
         """Raise the refusal `RunnerError` if a run here would be refused."""
 
-    def adapter_argv(self, mode: str) -> tuple[str, ...]:
-        """How the helper execs the adapter of `mode`."""
+    def adapter_argv(self, mode: str, *, builtin: bool) -> tuple[str, ...]:
+        """How the helper execs the adapter of `mode` (`builtin`: a mode of
+        trunner's own, which needs no site-packages)."""
 
     def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits) -> Jail:
         """Build one invocation's jail. Raises `RunnerError` on refusal."""
@@ -167,106 +157,3 @@ class JailBackend(Protocol):
 
     def sweep(self, temp_root: str | None) -> list[str]:
         """Remove what dead owners of this uid left (jail dirs, cgroups)."""
-
-
-def platform_backend(worker: str, *, provider: Mapping[str, Any] | None = None,
-                     **options: object) -> JailBackend:
-    """The jail backend for this platform; `provider` configures the provider
-    profile (`trunner.linux.profile.ProviderConfig`) instead of the default.
-
-    Raises:
-        RunnerError: `unsupported_platform` off Linux.
-        ValueError: a bad provider configuration.
-    """
-    if sys.platform == "linux":
-        from trunner.linux.backend import LinuxBackend
-
-        if provider is not None:
-            from trunner.linux.profile import provider_profile
-
-            options["profile"] = provider_profile(provider)
-        return LinuxBackend(worker, **options)  # type: ignore[arg-type]
-    raise RunnerError(
-        Reason.UNSUPPORTED_PLATFORM, f"no jail backend for {sys.platform}; refusing to run unjailed"
-    )
-
-
-def provider_profile_template_blake3() -> str | None:
-    """The BLAKE3 of the provider jail profile template on this platform, or
-    None where no provider profile is measured (no backend here). Part of
-    the effective rules version whenever a provider is configured."""
-    if sys.platform != "linux":
-        return None
-    from trunner.linux.profile import template_blake3
-
-    return template_blake3()
-
-
-def host_report() -> dict[str, Any]:
-    """What holds on this host, layer by layer (`trunner doctor`); {} where
-    there is no backend."""
-    if sys.platform != "linux":
-        return {}
-    from trunner.linux.probe import host_report as linux_report
-
-    return linux_report()
-
-
-# -- jail dirs ---------------------------------------------------------------------
-
-
-def _watchdog() -> Any:  # noqa: ANN401  the platform's watchdog module
-    from trunner.linux import watchdog
-
-    return watchdog
-
-
-def make_jail_dir(temp_root: str | None) -> str:
-    """A fresh 0700 jail dir (`cleanup.make_jail_dir`), listed with the
-    watchdog before it exists.
-
-    Raises:
-        RunnerError: `spawn_failed` if it cannot be made.
-    """
-    watchdog = _watchdog()
-    try:
-        return cleanup.make_jail_dir(temp_root, lambda path: watchdog.hold(None, path),
-                                     watchdog.forget)
-    except OSError as e:
-        raise RunnerError(
-            Reason.SPAWN_FAILED, f"cannot make the jail dir: {e.strerror} (errno {e.errno})"
-        ) from None
-
-
-async def remove_jail_dir(path: str) -> bool:
-    """Remove a jail dir, whatever the run left in it; whether it is gone.
-    Once it is, the watchdog stops listing it."""
-    return await cleanup.remove_jail_dir(path, _watchdog().forget)
-
-
-async def open_jail(backend: JailBackend, adapter_argv: Sequence[str], limits: Limits,
-                    temp_root: str | None) -> Jail:
-    """A jail dir and the backend's jail in it.
-
-    Raises:
-        RunnerError: `spawn_failed`, or the backend's refusal.
-    """
-    jail_dir = make_jail_dir(temp_root)
-    try:
-        return backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits)
-    except BaseException:
-        await remove_jail_dir(jail_dir)  # the error in flight is the reason
-        raise
-
-
-async def close_jail(jail: Jail) -> bool:
-    """Free what `jail` holds and remove its dir, once the run is gone;
-    whether the dir is gone. Runs to the end under cancellation."""
-    import trio
-
-    with trio.CancelScope(shield=True):
-        try:
-            await jail.release()
-        finally:
-            gone = await remove_jail_dir(jail.jail_dir)
-    return gone

@@ -16,8 +16,8 @@ import re
 from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
 from trunner import invocation, workdir
+from trunner.backend import platform_backend
 from trunner.errors import Reason, RunnerError
-from trunner.jail import JailBackend, platform_backend
 from trunner.limits import Limits
 from trunner.protocol import ExecFile, ExecResult
 from trunner.worker import locate_worker
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from trunner.invocation import Result
+    from trunner.jail import JailBackend
     from trunner.pool import WorkerPool
 
 T = TypeVar("T")
@@ -158,7 +159,7 @@ class Runner:
             RunnerError: with any `Reason`; never with a partial result.
         """
         limits = self._limits(limits)
-        argv = self._backend.adapter_argv(self.resolve_mode(mode))
+        argv = self._adapter_argv(self.resolve_mode(mode))
         return await invocation.invoke(self._backend, argv, limits, self.temp_root, request,
                                        invocation.Caps.of(limits), response_type)
 
@@ -189,10 +190,13 @@ class Runner:
         limits = self._limits(limits)
         request, caps = workdir.exec_request(argv, stdin, files, collect, limits)
         result: Result[ExecResult] = await invocation.invoke(
-            self._backend, self._backend.adapter_argv("exec"), limits, self.temp_root, request,
+            self._backend, self._adapter_argv("exec"), limits, self.temp_root, request,
             caps, ExecResult)
         workdir.check_exec_reply(result.response, limits, request.collect)
         return result
+
+    def _adapter_argv(self, mode: str) -> tuple[str, ...]:
+        return self._backend.adapter_argv(mode, builtin=mode in BUILTIN_MODES)
 
     def _limits(self, limits: Limits | None) -> Limits:
         limits = self.limits if limits is None else limits
@@ -215,7 +219,7 @@ class Runner:
         from trunner.pool import WorkerPool
 
         mode = self.resolve_mode(mode)
-        return WorkerPool(self._backend, mode, self._backend.adapter_argv(mode),
+        return WorkerPool(self._backend, mode, self._adapter_argv(mode),
                           self._limits(limits), self.temp_root, size=size, idle_s=idle_s)
 
 

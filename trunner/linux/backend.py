@@ -40,7 +40,6 @@ from trunner.linux.plan import (
 from trunner.linux.probe import HostPaths, probe_host, snapshot
 from trunner.linux.profile import DEFAULT_PROFILE, JailProfile, template_blake3
 from trunner.rules import digest
-from trunner.worker.adapters import BUILTIN_MODES
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -285,13 +284,13 @@ class LinuxBackend:
             self._launch = _launch(self.worker, self.host_paths().trunner_dir)
         return self._launch
 
-    def adapter_argv(self, mode: str) -> tuple[str, ...]:
-        """A built-in mode needs only the standard library and trunner, so a
+    def adapter_argv(self, mode: str, *, builtin: bool) -> tuple[str, ...]:
+        """A `builtin` mode needs only the standard library and trunner, so a
         Python worker runs it as the helper runs: `python -I -S WORKER --path
         DIR MODE` (no site, no .pth files). A user mode keeps site-packages
         and PYTHONPATH, where its code is found: `WORKER MODE`."""
         launch = self.helper_launch()
-        if mode in BUILTIN_MODES and len(launch) > 1:
+        if builtin and len(launch) > 1:
             return (*launch, mode)
         return (self.worker, mode)
 
