@@ -1,0 +1,187 @@
+"""The plan: one typed value, what the helper reads and what is hashed.
+
+The parent's `HelperPlan` has exactly the fields the helper reads
+(`abi.PLAN_FIELDS`); the plan of a real run, decoded by the helper's own
+reader, is, field by field, the plan that was hashed into the rules version
+(per-run values as placeholders); and `plan_jail` resolves every field from
+what it is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from support import plan_for
+from trunner import Limits, helper
+from trunner.jail import HostSupport, ProcessLimit
+from trunner.linux import seccomp
+from trunner.linux.backend import LinuxBackend
+from trunner.linux.kernel import abi
+from trunner.linux.plan import (
+    CGROUP,
+    HOST_GID,
+    HOST_UID,
+    JAIL_ID,
+    PROC_OPS,
+    WORKDIR,
+    Bind,
+    File,
+    HelperPlan,
+    HostProc,
+    NoMemoryCgroup,
+    Rlimit,
+    Scratch,
+    UsernsNproc,
+    environment,
+    hashed_plan,
+    ipc_limits_for,
+    plain,
+)
+from trunner.linux.probe import package_dir, probe_host, trunner_dir
+from trunner.linux.profile import DEFAULT_PROFILE
+from trunner.worker import locate_worker
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def test_the_helper_reads_exactly_the_plans_fields() -> None:
+    assert HelperPlan.__struct_fields__ == abi.PLAN_FIELDS
+    assert helper.Plan.__slots__ == abi.PLAN_FIELDS
+
+
+async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path) -> None:
+    backend = LinuxBackend(locate_worker())
+    limits = Limits(processes=7)
+    jail_dir = tempfile.mkdtemp(dir=jail_root)
+    jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=("/bin/true",), limits=limits)
+    try:
+        argv = list(jail.command.argv)
+        at = argv.index("helper") + 1
+        read, adapter = helper._read_plan([argv[at], "3", "--", "/bin/true"])
+    finally:
+        await jail.release()
+        os.rmdir(jail_dir)
+    assert adapter == ["/bin/true"]
+    seen = {name: getattr(read, name) for name in abi.PLAN_FIELDS}
+    env = environment(DEFAULT_PROFILE.environment)
+    hashed = hashed_plan(seen, backend.host_paths(), env)
+    document = backend.rules_document(limits)["plan"]
+    for name in abi.PLAN_FIELDS:
+        assert hashed[name] == document[name], name
+    assert set(document) == {*abi.PLAN_FIELDS}
+    # The per-run values the helper got, and their placeholders.
+    assert (document["uid"], document["gid"], document["parent_pid"]) == (HOST_UID, HOST_GID, 0)
+    assert seen["parent_pid"] == os.getpid()
+    if os.getuid() == 0:
+        assert seen["uid"] == seen["gid"] != 0
+        assert seen["process_limit"]["cgroup"] in jail.cgroups
+        assert document["process_limit"]["cgroup"] == CGROUP
+    else:
+        assert (seen["uid"], seen["gid"]) == (os.getuid(), os.getgid())
+    assert jail_dir not in repr(seen)
+    assert sorted(jail.command.env) == sorted(env)
+
+
+def test_plain_values_keep_every_field_and_its_kind() -> None:
+    plan = LinuxBackend(locate_worker()).prepared(Limits()).plan
+    data = plain(plan)
+    assert tuple(data) == abi.PLAN_FIELDS
+    assert data["process_limit"]["kind"] == type(plan.process_limit).__struct_config__.tag
+    assert {op["op"] for op in data["root_ops"]} == {
+        "scratch", "bind", "dir", "symlink", "file", "host_proc"}
+
+
+def _host() -> HostSupport:
+    return HostSupport(platform="linux", is_root=False, uid=1234, gid=5678, landlock_abi=7,
+                       seccomp_filter=True, user_namespaces=True, network_namespaces=True,
+                       process_limit=ProcessLimit("userns_nproc"), nproc_per_userns=True)
+
+
+#: What `plan_jail` makes of each field, for `_host()` and these limits.
+LIMITS = Limits(processes=5, open_files=99, cpu_time_s=3, scratch_bytes=64 << 20,
+                memory_bytes=256 << 20)
+CHECKS: dict[str, Any] = {
+    "version": lambda v: v == abi.PLAN_VERSION,
+    "env": lambda v: v == tuple(sorted(DEFAULT_PROFILE.environment)),
+    "process_limit": lambda v: v == UsernsNproc(max=5 + 2),
+    "jail_nproc": lambda v: v == 5 + 2,
+    "memory": lambda v: v == NoMemoryCgroup(),
+    "rlimits": lambda v: {Rlimit(resource=resource.RLIMIT_NOFILE, soft=99, hard=99),
+                          Rlimit(resource=resource.RLIMIT_CPU, soft=3, hard=4),
+                          Rlimit(resource=resource.RLIMIT_CORE, soft=0, hard=0)} <= set(v)
+    and len(v) == 7,
+    "ipc_limits": lambda v: v == ipc_limits_for(LIMITS),
+    "build_userns": lambda v: v is True,
+    # user, net, mount, pid, uts, cgroup; ipc is the helper's `ipc` step, sized
+    "unshare_flags": lambda v: v == sum(f for k, f in abi.NAMESPACE_FLAGS.items() if k != "ipc"),
+    "uid": lambda v: v == 1234,
+    "gid": lambda v: v == 5678,
+    "jail_id": lambda v: v == JAIL_ID,
+    "root_ops": lambda v: (
+        v[0] == Scratch(name="work", path=WORKDIR, mode=0o700)
+        and Bind(source=package_dir(), path=package_dir()) in v
+        and not any(isinstance(op, Bind) and op.source in (trunner_dir(), "/etc", "/proc")
+                    for op in v)
+        and any(isinstance(op, File) and op.path == "/etc/passwd" for op in v)
+        and v[-1] == HostProc(path="/proc")),
+    "proc_ops": lambda v: v == PROC_OPS,
+    "scratch": lambda v: (v.bytes, v.inodes) == (64 << 20, (64 << 20) // 4096),
+    "staging": lambda v: v == "/tmp",
+    "hostname": lambda v: v == "trunner",
+    "workdir": lambda v: v == WORKDIR,
+    "landlock": lambda v: v.abi == 7 and {r.path for r in v.paths} >= {WORKDIR, "/tmp", "/usr"}
+    and all(r.dir_access & 0b10 for r in v.paths if r.path in (WORKDIR, "/tmp", "/dev/shm")),
+    "parent_pid": lambda v: v == 42,
+    "seccomp_bpf": lambda v: v == seccomp.build_bpf(DEFAULT_PROFILE.seccomp),
+    "unsafe_skip": lambda v: v == ("seccomp",),
+    "fail_at": lambda v: v == "",
+}
+
+
+def test_plan_jail_resolves_every_field_from_what_it_is_given() -> None:
+    assert set(CHECKS) == set(abi.PLAN_FIELDS)
+    plan = plan_for(LIMITS, _host(), parent_pid=42, unsafe_skip=("seccomp",))
+    assert plan == plan_for(LIMITS, _host(), parent_pid=42, unsafe_skip=("seccomp",))
+    wrong = [name for name, check in CHECKS.items() if not check(getattr(plan, name))]
+    assert wrong == []
+
+
+def test_the_plan_reads_no_host_path_of_its_own(tmp_path: Path) -> None:
+    """A path the snapshot does not have is not bound, whatever the disk holds."""
+    from trunner.linux.plan import plan_jail, profile_paths
+    from trunner.linux.probe import snapshot
+
+    there = snapshot(profile_paths(DEFAULT_PROFILE))
+    missing = dataclasses.replace(probe_host(), is_root=False, uid=1234, gid=1234,
+                                  process_limit=ProcessLimit("userns_nproc"))
+    without = type(there)(python=there.python, package=there.package,
+                          trunner_dir=there.trunner_dir,
+                          entries={p: e for p, e in there.entries.items() if p != "/usr"})
+    binds = {op.path for op in plan_jail(LIMITS, missing, without, DEFAULT_PROFILE).root_ops
+             if isinstance(op, Bind)}
+    assert "/usr" not in binds
+    assert "/usr" in {op.path for op in plan_jail(LIMITS, missing, there, DEFAULT_PROFILE).root_ops
+                      if isinstance(op, Bind)}
+
+
+@pytest.mark.parametrize("edit", ["extra", "missing"])
+def test_the_helper_refuses_a_plan_of_other_fields(edit: str) -> None:
+    import marshal
+
+    data = plain(LinuxBackend(locate_worker()).prepared(Limits()).plan)
+    if edit == "extra":
+        data["swallow"] = 1
+    else:
+        del data["fail_at"]
+    item = marshal.dumps(data).hex()
+    with pytest.raises(helper.SetupError) as info:
+        helper._read_plan([item, "3", "--", "/bin/true"])
+    assert info.value.step == ("plan: unknown swallow" if edit == "extra" else
+                               "plan: missing fail_at")
