@@ -1,4 +1,5 @@
-"""trunner.seccomp: the policy, its BPF, and what a filtered process can and cannot do.
+"""trunner.linux.seccomp: the policy, its rules, its BPF, and what a filtered process
+can and cannot do.
 
 Every behavioural test runs a real child Python that installs the real filter, prints
 "armed", then does one thing; nothing is mocked.  Children run in a new session with stdin
@@ -24,7 +25,9 @@ import pytest
 
 from support import FOREIGN_ABI_C
 from trunner.linux import seccomp
-from trunner.linux.kernel import install
+from trunner.linux.kernel import abi, install
+from trunner.linux.seccomp import compile as seccomp_compile
+from trunner.linux.seccomp.compile import ALLOW, ERRNO, Arg, Rule
 
 REPO = str(Path(__file__).resolve().parents[1])
 SIGSYS = -signal.SIGSYS
@@ -666,7 +669,7 @@ def test_extra_allowed_and_socket_switch_widen_the_filter(tmp_path: Path) -> Non
     [],
 ])
 def test_low32_complement_is_exact(denied: list[int]) -> None:
-    cubes = seccomp._low32_complement(denied)
+    cubes = seccomp_compile._low32_complement(denied)
     rng = random.Random(1)
     samples = list(range(0x5300, 0x5600)) + [rng.getrandbits(32) for _ in range(3000)]
     samples += [0, 0xFFFFFFFF, *denied] + [d ^ (1 << b) for d in denied for b in range(32)]
@@ -679,14 +682,174 @@ def test_low32_complement_is_exact(denied: list[int]) -> None:
 def test_masked_complement_is_exact(denied: list[int], mask: int) -> None:
     """Over the bits of `mask` only (a socket's type past SOCK_NONBLOCK/SOCK_CLOEXEC):
     each value of a 32-bit word is matched once unless its masked bits are denied."""
-    cubes = seccomp._complement(denied, mask)
+    cubes = seccomp_compile._complement(denied, mask)
     assert all(m & ~mask == 0 for m, _ in cubes)
     rng = random.Random(2)
     for x in [*range(64), *(rng.getrandbits(32) for _ in range(2000))]:
         hits = sum((x & m) == v for m, v in cubes)
         assert hits == (0 if x & mask in denied else 1), hex(x)
     with pytest.raises(ValueError, match="not contiguous"):
-        seccomp._complement([1], 0xF0)
+        seccomp_compile._complement([1], 0xF0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules as data (policy_rules: pure)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_namespace_flags_are_the_abi_ones() -> None:
+    assert seccomp.CLONE_NEWUSER is abi.CLONE_NEWUSER
+    assert seccomp.CLONE_NEWNS is abi.CLONE_NEWNS
+    flags = 0
+    for flag in abi.NAMESPACE_FLAGS.values():
+        flags |= flag
+    assert flags == seccomp.NAMESPACE_FLAGS
+    assert seccomp.CLONE_NEWTIME & seccomp.NAMESPACE_FLAGS == 0
+    assert seccomp.CLONE_PARENT & seccomp.NAMESPACE_FLAGS == 0
+
+
+def test_policy_rules_import_no_libseccomp() -> None:
+    code = (
+        f"import sys; sys.path.insert(0, {REPO!r}); import trunner.linux.seccomp as s; "
+        "s.policy_rules(s.DEFAULT_POLICY); s.policy_rules(s.provider_policy()); "
+        "print('pyseccomp' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout == "False\n"
+
+
+@pytest.mark.parametrize(
+    ("fields", "groups"),
+    [
+        ({"allowed": ("read", "setns"), "errno_eperm": ("setns",)},
+         ("allowed/extra_allowed", "errno_eperm")),
+        ({"allowed": ("read",), "extra_allowed": ("clone3",)},
+         ("allowed/extra_allowed", "errno_enosys")),
+        ({"allowed": ("read",), "errno_eperm": ("prlimit64",), "self_only": ("prlimit64",)},
+         ("errno_eperm", "self_only")),
+        ({"allowed": ("read",), "self_only": ("ioctl",)}, ("self_only", "conditional rules")),
+        ({"allowed": ("read",), "errno_enosys": ("sendmsg",)},
+         ("errno_enosys", "conditional rules")),
+        ({"allowed": ("socketpair",)}, ("allowed/extra_allowed", "conditional rules")),
+    ],
+)
+def test_a_name_in_two_groups_is_refused_naming_both(
+    fields: dict[str, tuple[str, ...]], groups: tuple[str, str]
+) -> None:
+    policy = seccomp.SeccompPolicy(**fields)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="is in both") as info:
+        seccomp.policy_rules(policy)
+    assert f"both {groups[0]} and {groups[1]}" in str(info.value)
+
+
+def test_socket_names_are_free_without_unix_only_socket() -> None:
+    policy = seccomp.SeccompPolicy(allowed=("socket", "socketpair"), unix_only_socket=False)
+    rules = seccomp.policy_rules(policy)
+    assert [r for r in rules if r.syscall.startswith("socket")] == [
+        Rule(ALLOW, "socket"), Rule(ALLOW, "socketpair")]
+
+
+def test_policy_rules_of_the_default_policy() -> None:
+    rules = seccomp.policy_rules(seccomp.DEFAULT_POLICY)
+    assert rules == seccomp.policy_rules(seccomp.DEFAULT_POLICY)  # deterministic
+    by_name: dict[str, list[Rule]] = {}
+    for rule in rules:
+        by_name.setdefault(rule.syscall, []).append(rule)
+    policy = seccomp.DEFAULT_POLICY
+    for name in policy.allowed:
+        assert by_name[name] == [Rule(ALLOW, name)]
+    for name in policy.errno_eperm:
+        assert by_name[name] == [Rule(ERRNO(errno.EPERM), name)]
+    for name in policy.errno_enosys:  # listed, though libseccomp needs no rule for them
+        assert by_name[name] == [Rule(ERRNO(errno.ENOSYS), name)]
+    flags = [1 << b for b in range(32) if seccomp.NAMESPACE_FLAGS >> b & 1]
+    assert by_name["clone"] == [
+        Rule(ALLOW, "clone", (Arg(0, seccomp.NAMESPACE_FLAGS, 0),)),
+        *(Rule(ERRNO(errno.EPERM), "clone", (Arg(0, f, f),)) for f in flags)]
+    # ioctl: each listed request (sorted), then ENOTTY for the rest.
+    exact = {**dict.fromkeys(seccomp.IOCTL_ALLOWED, ALLOW),
+             seccomp.TIOCSTI: ERRNO(errno.EPERM), seccomp.TIOCLINUX: ERRNO(errno.EPERM)}
+    ioctl = by_name["ioctl"]
+    assert ioctl[:len(exact)] == [Rule(exact[v], "ioctl", (Arg(1, 0xFFFFFFFF, v),))
+                                  for v in sorted(exact)]
+    assert {r.action for r in ioctl[len(exact):]} == {ERRNO(errno.ENOTTY)}
+    assert set(by_name) == {*policy.allowed, *policy.errno_eperm, *policy.errno_enosys,
+                            *policy.self_only, "clone", "fcntl", "ioctl", "sendmsg", "sendto",
+                            "socket", "socketpair"}
+    assert repr(Rule(ERRNO(errno.EPERM), "setns")) == \
+        "Rule(action=ERRNO(EPERM), syscall='setns', args=())"
+
+
+def _overlap(a: Rule, b: Rule) -> bool:
+    """Some argument values match both rules (conditions on one argument agree on
+    the bits both compare)."""
+    return all((x.value ^ y.value) & x.mask & y.mask == 0
+               for x in a.args for y in b.args if x.index == y.index)
+
+
+def _matches(rule: Rule, args: tuple[int, ...]) -> bool:
+    return all(args[a.index] & a.mask == a.value for a in rule.args)
+
+
+@pytest.mark.parametrize("profile", ["default", "provider"])
+def test_each_syscalls_rules_agree_where_they_overlap_and_cover_every_call(profile: str) -> None:
+    """Rules of one syscall that could both match have the same action (else libseccomp
+    would keep one of them: see `_complement`), and every argument vector matches one."""
+    policy = seccomp.provider_policy() if profile == "provider" else seccomp.DEFAULT_POLICY
+    by_name: dict[str, list[Rule]] = {}
+    for rule in seccomp.policy_rules(policy):
+        by_name.setdefault(rule.syscall, []).append(rule)
+    conditional = {name: rules for name, rules in by_name.items() if len(rules) > 1}
+    assert set(conditional) == {"clone", "fcntl", "ioctl", "prlimit64", "sendmsg", "sendto",
+                                "socket", "socketpair"}
+    rng = random.Random(3)
+    for name, rules in conditional.items():
+        for rule in rules:
+            assert all(a.value & ~a.mask == 0 and 0 <= a.index < 6 for a in rule.args), rule
+        for i, a in enumerate(rules):
+            for b in rules[i + 1:]:
+                assert a.action == b.action or not _overlap(a, b), (a, b)
+        # Every value a rule names, its neighbours, and random words, in each argument.
+        seen = [a.value for r in rules for a in r.args] + [0, 0xFFFFFFFF]
+        pool = seen + [v ^ (1 << b) for v in seen for b in range(32)]
+        for _ in range(4000):
+            args = tuple(rng.choice(pool) if rng.random() < 0.8 else rng.getrandbits(64)
+                         for _ in range(6))
+            hits = {r.action for r in rules if _matches(r, args)}
+            assert len(hits) == 1, (name, [hex(a) for a in args], hits)
+
+
+def test_compile_takes_rules_as_data() -> None:
+    rules = seccomp.policy_rules(seccomp.DEFAULT_POLICY)
+    assert seccomp_compile.compile(rules) == seccomp.build_bpf()
+    # The default action's rules are left to the default (libseccomp refuses them).
+    only = seccomp_compile.compile([Rule(ERRNO(errno.ENOSYS), "clone3")])
+    assert only == seccomp_compile.compile([])
+    assert seccomp_compile.compile([Rule(ALLOW, "read")]) != only
+
+
+def test_unknown_syscall_name_is_refused_by_compile() -> None:
+    policy = seccomp.SeccompPolicy(allowed=("read",), errno_eperm=("no_such_syscall",))
+    rules = seccomp.policy_rules(policy)  # a name is the architecture's question
+    assert Rule(ERRNO(errno.EPERM), "no_such_syscall") in rules
+    with pytest.raises(ValueError, match="unknown syscall 'no_such_syscall'"):
+        seccomp_compile.compile(rules)
+    with pytest.raises(ValueError, match="unknown syscall 'nope'"):
+        seccomp_compile.compile([Rule(ERRNO(errno.ENOSYS), "nope")])
+
+
+def test_compile_for_another_architecture() -> None:
+    """On aarch64 the x86_64-only names (open, stat, fork, ...) have no number:
+    libseccomp leaves their rules out."""
+    import pyseccomp
+
+    native = seccomp.build_bpf()
+    assert seccomp_compile.compile(seccomp.DEFAULT_POLICY, pyseccomp.Arch.X86_64) == native
+    arm = seccomp_compile.compile(seccomp.DEFAULT_POLICY, pyseccomp.Arch.AARCH64)
+    assert len(arm) % 8 == 0
+    assert 0 < len(arm) // 8 <= 4096
+    assert arm != native
 
 
 # ---------------------------------------------------------------------------------------------
@@ -694,9 +857,11 @@ def test_masked_complement_is_exact(denied: list[int], mask: int) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_build_bpf_is_deterministic_and_cached() -> None:
+def test_build_bpf_is_deterministic_and_not_cached() -> None:
     bpf = seccomp.build_bpf()
-    assert bpf is seccomp.build_bpf(seccomp.DEFAULT_POLICY)
+    again = seccomp.build_bpf(seccomp.DEFAULT_POLICY)
+    assert again == bpf
+    assert again is not bpf  # compiled anew: callers keep the bytes
     assert len(bpf) % 8 == 0
     assert 0 < len(bpf) // 8 <= 4096
     code = (
@@ -723,11 +888,17 @@ def test_import_is_cheap_for_the_helper() -> None:
 
 
 def test_syscall_name() -> None:
+    import pyseccomp
+
     assert seccomp.syscall_name(39) == "getpid"
     assert seccomp.syscall_name(56) == "clone"
     assert seccomp.syscall_name(-1) is None
     assert seccomp.syscall_name(0x40000000 + 39) is None
     assert seccomp.syscall_name(100_000) is None
+    # Another architecture's numbers, on request.
+    assert seccomp.syscall_name(172, pyseccomp.Arch.AARCH64) == "getpid"
+    assert seccomp.syscall_name(0x40000000 + 39, pyseccomp.Arch.X32) == "getpid"
+    assert seccomp.syscall_name(39, pyseccomp.Arch.X86_64) == "getpid"
 
 
 @pytest.mark.parametrize("bad", [b"", b"\0" * 7, b"\0" * 8 * 4097, b"\0" * 12])

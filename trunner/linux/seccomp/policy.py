@@ -1,9 +1,8 @@
-"""Parent side: the seccomp policy as data, and its compilation to BPF.
+"""The seccomp policy as data: what a jailed process may call, and why.
 
-`build_bpf` compiles a `SeccompPolicy` into classic BPF bytes with pyseccomp
-(imported lazily: it is slow to import), once per policy; the helper only
-installs the bytes (`trunner.linux.kernel.install`). `syscall_name` names a killed
-syscall number.
+`SeccompPolicy` names the allowed, errno and conditional calls; `DEFAULT_POLICY`
+and `provider_policy()` are the two profiles. Nothing here compiles: see
+`trunner.linux.seccomp.compile`.
 
 A call the policy does not allow fails with an errno, so a program can carry
 on or fail with its own message: EPERM for the known-dangerous families
@@ -15,32 +14,56 @@ them is not one the jail runs.
 
 from __future__ import annotations
 
-import errno
-import os
-from typing import TYPE_CHECKING, Any
+import functools
+import operator
+from typing import TYPE_CHECKING
 
 import msgspec
+
+from trunner.linux.kernel import abi
+from trunner.linux.kernel.abi import (
+    CLONE_NEWCGROUP,
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    CLONE_NEWUTS,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = [
+    "AF_INET",
+    "AF_INET6",
     "AF_UNIX",
     "ALLOWED_SYSCALLS",
+    "CLONE_NEWCGROUP",
+    "CLONE_NEWIPC",
+    "CLONE_NEWNET",
+    "CLONE_NEWNS",
+    "CLONE_NEWPID",
     "CLONE_NEWTIME",
+    "CLONE_NEWUSER",
+    "CLONE_NEWUTS",
     "CLONE_PARENT",
     "DEFAULT_POLICY",
+    "ERRNO_EPERM",
     "F_NOTIFY",
     "F_SETLEASE",
+    "INET_PROTOCOLS",
     "IOCTL_ALLOWED",
+    "IPPROTO_TCP",
     "MSG_FASTOPEN",
     "NAMESPACE_FLAGS",
+    "SELF_ONLY",
+    "SERVER_SYSCALLS",
+    "SOCK_STREAM",
     "TIOCLINUX",
     "TIOCSTI",
     "SeccompPolicy",
-    "build_bpf",
     "provider_policy",
-    "syscall_name",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -65,26 +88,13 @@ MSG_FASTOPEN = 0x20000000
 # pid 1 itself cannot use it (the kernel refuses CLONE_PARENT from a namespace's
 # init), and the helper outside runs no jailed code.
 CLONE_PARENT = 0x00008000
-CLONE_NEWNS = 0x00020000
-CLONE_NEWCGROUP = 0x02000000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
 # CLONE_NEWTIME (0x80) is only meaningful to unshare() and clone3(); for clone() the low byte
 # of the flags is the exit signal (CSIGNAL), so it must NOT be part of the clone() mask.
 # unshare and setns fail EPERM and clone3 ENOSYS, so it needs no rule of its own.
 CLONE_NEWTIME = 0x00000080
-NAMESPACE_FLAGS = (
-    CLONE_NEWNS
-    | CLONE_NEWUTS
-    | CLONE_NEWIPC
-    | CLONE_NEWUSER
-    | CLONE_NEWPID
-    | CLONE_NEWNET
-    | CLONE_NEWCGROUP
-)
+# Every namespace kind a profile names (abi.NAMESPACE_FLAGS: each CLONE_NEW* flag but
+# CLONE_NEWTIME); clone() with any of them fails EPERM.
+NAMESPACE_FLAGS: int = functools.reduce(operator.or_, abi.NAMESPACE_FLAGS.values())
 
 TIOCSTI = 0x5412  # push bytes into a terminal's input queue: classic sandbox escape
 TIOCLINUX = 0x541C  # virtual-console ioctls, incl. selection paste (same class of escape)
@@ -510,239 +520,3 @@ DEFAULT_POLICY = SeccompPolicy(
     errno_eperm=ERRNO_EPERM,
     self_only=SELF_ONLY,
 )
-
-# --------------------------------------------------------------------------------------------
-# Parent side: compilation with pyseccomp (imported lazily)
-# --------------------------------------------------------------------------------------------
-
-_SOCK_FILTER_SIZE = 8  # struct sock_filter { u16 code; u8 jt; u8 jf; u32 k; }
-_BPF_MAXINSNS = 4096
-_BPF_CACHE: dict[SeccompPolicy, bytes] = {}
-
-
-def _import_pyseccomp() -> Any:  # noqa: ANN401  pyseccomp is untyped (Any to mypy)
-    try:
-        import pyseccomp  # slow: it runs find_library(), i.e. ldconfig, at import time
-    except (ImportError, OSError, RuntimeError) as exc:
-        raise RuntimeError(
-            "trunner.seccomp needs the 'pyseccomp' package and the libseccomp shared library "
-            f"(libseccomp.so.2, e.g. apt-get install libseccomp2): {exc}"
-        ) from exc
-    return pyseccomp
-
-
-def _complement(denied: Iterable[int], mask: int = _U32) -> list[tuple[int, int]]:
-    """(mask, value) pairs whose union is exactly the values NOT in ``denied``,
-    comparing only the bits of ``mask`` (contiguous, from bit 0 up).
-
-    libseccomp has no masked "not equal", so "unless x & mask in denied" is written
-    as several rules ``(x & m) == v``: the disjoint prefixes of a binary trie of
-    ``denied`` that branch away from every denied value (at most one per bit per
-    denied value). Rules of one syscall must not overlap either: libseccomp 2.5
-    keeps the less specific of two overlapping rules and drops the other (so an
-    unconditional ERRNO next to a conditional ALLOW loses the ALLOW). Every
-    "these values, errno for the rest" here is built from such disjoint rules.
-    """
-    width = mask.bit_length()
-    if mask != (1 << width) - 1 or not 0 < width <= 32:
-        raise ValueError(f"mask {mask:#x} is not contiguous from bit 0")
-    cubes: list[tuple[int, int]] = []
-
-    def walk(values: list[int], bit: int, prefix: int) -> None:
-        if bit < 0:
-            return
-        cube = mask & ~((1 << bit) - 1)  # this bit and all higher ones of the mask
-        for b in (0, 1):
-            sub = [v for v in values if (v >> bit) & 1 == b]
-            branch = prefix | (b << bit)
-            if sub:
-                walk(sub, bit - 1, branch)
-            else:
-                cubes.append((cube, branch))
-
-    walk(sorted({v & mask for v in denied}), width - 1, 0)
-    return cubes
-
-
-def _low32_complement(denied: Iterable[int]) -> list[tuple[int, int]]:
-    """`_complement` over the low 32 bits (the kernel reads int arguments so)."""
-    return _complement(denied, _U32)
-
-
-#: Every call the policy names nowhere: what a kernel without it says.
-DEFAULT_ERRNO = errno.ENOSYS
-#: socket()/socketpair() of a type other than stream within an allowed family.
-_SOCK_TYPE_MASK = 0xF  # the type, past SOCK_NONBLOCK/SOCK_CLOEXEC
-
-
-def _compile(policy: SeccompPolicy) -> bytes:
-    sc = _import_pyseccomp()
-    native = sc.Arch.NATIVE
-
-    def nr(name: str) -> int:
-        num = sc.resolve_syscall(native, name)
-        if num < 0:
-            raise ValueError(f"seccomp policy: unknown syscall {name!r} on the native arch")
-        return int(num)
-
-    conditional = ["clone", "fcntl", "ioctl", "sendmsg", "sendto"]
-    if policy.unix_only_socket:
-        conditional += ["socket", "socketpair"]
-    groups = {
-        "allowed/extra_allowed": set(policy.allowed) | set(policy.extra_allowed),
-        "errno_enosys": set(policy.errno_enosys),
-        "errno_eperm": set(policy.errno_eperm),
-        "self_only": set(policy.self_only),
-        "conditional rules": set(conditional),
-    }
-    seen: dict[str, str] = {}
-    for group, names in groups.items():
-        for name in names:
-            if name in seen:
-                raise ValueError(f"seccomp policy: {name!r} is in both {seen[name]} and {group}")
-            seen[name] = group
-
-    default = sc.ERRNO(DEFAULT_ERRNO)
-    flt = sc.SyscallFilter(default)
-    # Foreign-arch syscalls (int 0x80 from a 64-bit process) and x32 numbers (libseccomp
-    # sends them to the bad-arch action on x86_64) kill the whole process.
-    flt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
-    # We only export; the helper sets no_new_privs itself and is single-threaded (no TSYNC).
-    flt.set_attr(sc.Attr.CTL_NNP, 0)
-    flt.set_attr(sc.Attr.CTL_TSYNC, 0)
-    eperm = sc.ERRNO(errno.EPERM)
-
-    def rule(action: int, name: str, *args: object) -> None:
-        # libseccomp refuses a rule whose action is the default one; the default
-        # applies to it anyway.
-        if action != default:
-            flt.add_rule(action, nr(name), *args)
-
-    def arg_eq(arg: int, mask: int, value: int) -> object:
-        return sc.Arg(arg, sc.MASKED_EQ, mask, value)
-
-    for name in sorted(groups["allowed/extra_allowed"]):
-        rule(sc.ALLOW, name)
-    for name in sorted(policy.errno_enosys):
-        nr(name)  # an unknown name is still an error
-        rule(sc.ERRNO(errno.ENOSYS), name)
-    for name in sorted(policy.errno_eperm):
-        rule(eperm, name)
-
-    def socket_rules(name: str, families: tuple[int, ...], protocols: tuple[int, ...]) -> None:
-        # Disjoint rules: a family not listed -> EAFNOSUPPORT; a listed family of a type
-        # other than stream -> ESOCKTNOSUPPORT (a datagram socket could sendto() a host
-        # socket by path without connect()); stream with a protocol not listed (if any
-        # are) -> EPROTONOSUPPORT. The kernel reads the domain and protocol as ints:
-        # compare only the low 32 bits.
-        for family in families:
-            fam = arg_eq(0, _U32, family)
-            stream = arg_eq(1, _SOCK_TYPE_MASK, SOCK_STREAM)
-            if not protocols:
-                rule(sc.ALLOW, name, fam, stream)
-            for proto in protocols:
-                rule(sc.ALLOW, name, fam, stream, arg_eq(2, _U32, proto))
-            if protocols:
-                for mask, value in _low32_complement(protocols):
-                    rule(sc.ERRNO(errno.EPROTONOSUPPORT), name, fam, stream,
-                         arg_eq(2, mask, value))
-            for mask, value in _complement((SOCK_STREAM,), _SOCK_TYPE_MASK):
-                rule(sc.ERRNO(errno.ESOCKTNOSUPPORT), name, fam, arg_eq(1, mask, value))
-        for mask, value in _low32_complement(families):
-            rule(sc.ERRNO(errno.EAFNOSUPPORT), name, arg_eq(0, mask, value))
-
-    if policy.unix_only_socket:
-        socket_rules("socketpair", (AF_UNIX,), ())
-        if policy.inet_socket:
-            socket_rules("socket", (AF_INET, AF_INET6), INET_PROTOCOLS)
-        else:
-            socket_rules("socket", (AF_UNIX,), ())
-    for name in sorted(policy.self_only):
-        rule(sc.ALLOW, name, arg_eq(0, _U32, 0))
-        for mask, value in _low32_complement((0,)):
-            rule(eperm, name, arg_eq(0, mask, value))
-
-    def flag_rules(name: str, arg: int, denied: int, action: int) -> None:
-        # Allowed iff no denied flag is set; else `action`.
-        if not denied:
-            rule(sc.ALLOW, name)
-            return
-        rule(sc.ALLOW, name, arg_eq(arg, denied, 0))
-        for bit in (1 << b for b in range(32) if denied >> b & 1):
-            rule(action, name, arg_eq(arg, bit, bit))
-
-    def value_rules(name: str, arg: int, exact: dict[int, int], rest: int) -> None:
-        # low32(arg) == v -> exact[v]; any other value -> rest.
-        for v in sorted(exact):
-            rule(exact[v], name, arg_eq(arg, _U32, v))
-        for mask, value in _low32_complement(exact):
-            rule(rest, name, arg_eq(arg, mask, value))
-
-    flag_rules("clone", 0, policy.clone_denied_flags, eperm)
-    # sendmsg(fd, msg, flags), sendto(fd, buf, len, flags, addr, addrlen)
-    flag_rules("sendmsg", 2, policy.send_flags_denied, sc.ERRNO(errno.EOPNOTSUPP))
-    flag_rules("sendto", 3, policy.send_flags_denied, sc.ERRNO(errno.EOPNOTSUPP))
-    value_rules("fcntl", 1, dict.fromkeys(policy.fcntl_eperm, eperm), sc.ALLOW)
-    ioctl = {**dict.fromkeys(policy.ioctl_eperm, eperm),
-             **dict.fromkeys(policy.ioctl_allowed, sc.ALLOW)}
-    value_rules("ioctl", 1, ioctl, sc.ERRNO(errno.ENOTTY))
-
-    fd = os.memfd_create("trunner-seccomp-bpf", os.MFD_CLOEXEC)
-    with open(fd, "w+b", buffering=0) as f:
-        flt.export_bpf(f)
-        f.seek(0)
-        bpf = f.read()
-    count, rest = divmod(len(bpf), _SOCK_FILTER_SIZE)
-    if rest or not 0 < count <= _BPF_MAXINSNS:
-        raise RuntimeError(f"libseccomp exported an unusable filter ({len(bpf)} bytes)")
-    return bpf
-
-
-def build_bpf(policy: SeccompPolicy = DEFAULT_POLICY) -> bytes:
-    """Compile ``policy`` for the native architecture into ``struct sock_filter`` bytes.
-
-    Deterministic for a given policy and libseccomp version; cached per policy.  Raises
-    ``RuntimeError`` if pyseccomp/libseccomp is unavailable and ``ValueError`` for an
-    inconsistent policy or an unknown syscall name.
-    """
-    if not isinstance(policy, SeccompPolicy):
-        raise TypeError(f"expected a SeccompPolicy, got {type(policy).__name__}")
-    bpf = _BPF_CACHE.get(policy)
-    if bpf is None:
-        bpf = _BPF_CACHE[policy] = _compile(policy)
-    return bpf
-
-
-_NAME_CACHE: dict[int, str | None] = {}
-
-
-def syscall_name(nr: int) -> str | None:
-    """The x86_64 name of syscall number ``nr`` (e.g. from a SIGSYS report), else None.
-
-    None also for x32 numbers (``nr & 0x40000000``) and if libseccomp is unavailable.
-    """
-    if nr in _NAME_CACHE:
-        return _NAME_CACHE[nr]
-    name: str | None = None
-    if 0 <= nr < 0x40000000:
-        try:
-            sc = _import_pyseccomp()
-            name = sc.resolve_syscall(sc.Arch.X86_64, nr).decode("ascii")
-        except (RuntimeError, ValueError, UnicodeDecodeError):
-            name = None
-    _NAME_CACHE[nr] = name
-    return name
-
-
-def libseccomp_version() -> str:
-    """The version of the libseccomp that compiles the filters, `MAJOR.MINOR.MICRO`
-    (part of the rules version: another libseccomp may compile other bytes)."""
-    import ctypes
-
-    class _Version(ctypes.Structure):
-        _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
-
-    lib = _import_pyseccomp()._libseccomp
-    lib.seccomp_version.restype = ctypes.POINTER(_Version)
-    v = lib.seccomp_version().contents
-    return f"{v.major}.{v.minor}.{v.micro}"
