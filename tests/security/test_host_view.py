@@ -111,7 +111,7 @@ async def test_boot_command_line_and_kernel_config_read_empty(runner: Runner) ->
     """Before: /proc/cmdline and /proc/config.gz gave the host's boot command line
     and kernel build config. Now they are masked (/dev/null over each, as container
     runtimes mask that class of file); /proc/stat, /proc/loadavg and /proc/pressure
-    stay readable, for ps and top (README: what they reveal)."""
+    stay readable, for ps and top (docs/jail.md: what it still sees of the host)."""
     cmdline = Path("/proc/cmdline").read_bytes().strip()
     assert cmdline  # the host has one to hide
     has_config = os.path.exists("/proc/config.gz")

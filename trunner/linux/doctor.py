@@ -87,7 +87,7 @@ def _sysctl(name: str) -> str:
 
 def memory_bounds(host: HostSupport) -> list[dict[str, str]]:
     """What bounds one run's memory on this host, layer by layer, with the
-    default `Limits` (README: "What bounds a run's memory")."""
+    default `Limits` (docs/jail.md: "What bounds a run's memory")."""
     from trunner.limits import Limits, MiB
     from trunner.linux.plan import MSGQUEUE_BYTES, SIGPENDING, ipc_limits_for
 

@@ -72,7 +72,7 @@ PROC_READ_ONLY: Final = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/pr
 #: /proc entries hidden (runc's maskedPaths, plus the host's boot command line
 #: and kernel build config): /dev/null over files, an empty read-only tmpfs over
 #: directories. /proc/stat, /proc/loadavg and /proc/pressure stay: ps and top
-#: read them (README: what they reveal).
+#: read them (docs/jail.md: what it still sees of the host).
 PROC_MASKED: Final = (
     "/proc/acpi", "/proc/asound", "/proc/cmdline", "/proc/config.gz", "/proc/interrupts",
     "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/sched_debug", "/proc/scsi",
