@@ -38,15 +38,6 @@ def child_pids() -> list[int]:
     return [p for p in pids if p != watchdog_pid()]
 
 
-async def watch_children(seen: list[int]) -> None:
-    """Record in `seen` the first child pids that appear (run it as a task)."""
-    import trio
-
-    while not seen:
-        seen.extend(child_pids())
-        await trio.sleep(0.005)
-
-
 def cgroup_dirs() -> set[str]:
     from trunner.linux import cgroup
     from trunner.linux.probe import probe_host

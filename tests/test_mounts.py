@@ -15,7 +15,7 @@ import trio
 from test_helper import PlanEditing, refusal, runner_on
 
 from conftest import TESTS_DIR
-from support import denied, jailed_under, pid_namespace_members, run_code
+from support import denied, jailed_under, pid_namespace_members, run_code, wait_until
 from trunner import Limits, Reason, Runner
 from trunner.limits import MiB
 from trunner.linux.plan import WORKDIR, Bind, HelperPlan
@@ -85,15 +85,13 @@ async def test_two_concurrent_runs_see_nothing_of_each_other(
     async def one(tag: str) -> None:
         seen[tag] = await run_code(runner, code.replace("TAG", tag))
 
+    def both_ready() -> list[int] | None:
+        ready = [p for p in jailed_under(str(jail_root))
+                 for tag in ("alpha", "beta") if os.path.exists(f"/proc/{p}/cwd/{tag}")]
+        return ready if len(ready) == 2 else None
+
     async def release_both() -> None:
-        with trio.fail_after(30):
-            while True:
-                ready = [p for p in jailed_under(str(jail_root))
-                         for tag in ("alpha", "beta") if os.path.exists(f"/proc/{p}/cwd/{tag}")]
-                if len(ready) == 2:
-                    break
-                await trio.sleep(0.005)
-        for pid in ready:
+        for pid in await wait_until(both_ready, 30, "both runs' files"):
             Path(f"/proc/{pid}/cwd/go").touch()
 
     async with trio.open_nursery() as nursery:

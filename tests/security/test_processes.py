@@ -23,11 +23,13 @@ from support import (
     READY,
     denied,
     is_alive,
+    is_jailed,
     jail_ready,
+    live_status,
     pid_namespace_members,
     proc_status,
     run_code,
-    wait_jailed,
+    wait_until,
 )
 from trunner import Reason, Runner
 
@@ -434,9 +436,7 @@ result = info
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
-            with trio.fail_after(30):
-                while not (helpers := child_pids()):  # noqa: ASYNC110  polls the host's /proc
-                    await trio.sleep(0.01)
+            helpers = await wait_until(child_pids, 30, "the run's helper")
             _, info = await jail_ready(helpers[0])
         assert errors == [Reason.TIMEOUT if ending == "deadline" else Reason.STDOUT_CAP]
     _check_setup(kind, info)
@@ -564,15 +564,14 @@ async def test_concurrent_sibling_run(runner: Runner, jail_root: Path) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(partial(runner.run, "children:sleep", 120.0,
                                     limits=runner.limits.replace(wall_time_s=150)))
-        with trio.fail_after(60):
-            while True:
-                dirs = list(jail_root.iterdir())
-                pids = [p for p in child_pids() if b"children:sleep" in _cmdline(p)]
-                if dirs and pids:
-                    break
-                await trio.sleep(0.05)
-        sibling_dir, sibling_pid = str(dirs[0]), pids[0]
-        await wait_jailed(sibling_pid)  # the sibling is past its jail setup
+        def sibling() -> tuple[str, int] | None:
+            dirs = list(jail_root.iterdir())
+            pids = [p for p in child_pids() if b"children:sleep" in _cmdline(p)]
+            return (str(dirs[0]), pids[0]) if dirs and pids else None
+
+        sibling_dir, sibling_pid = await wait_until(sibling, 60, "the sibling's dir and helper")
+        # The sibling is past its jail setup.
+        await wait_until(lambda: is_jailed(live_status(sibling_pid)), 30, "the sibling jailed")
         result = await run_code(runner, f"""
             import signal
             d = {sibling_dir!r}
