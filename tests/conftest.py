@@ -9,9 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-# Re-exported: some test files import these from conftest.
-from support import group_alive as group_alive, is_alive as is_alive
-
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 

@@ -19,8 +19,7 @@ import pytest
 import trio
 
 import trunner.cleanup
-from conftest import group_alive, is_alive
-from support import jailed_under, wait_until
+from support import group_alive, is_alive, jailed_under, wait_until
 from trunner import Reason, Runner, RunnerError
 from trunner.backend import make_jail_dir, remove_jail_dir
 from trunner.cleanup import remove_tree

@@ -14,8 +14,8 @@ import pytest
 import trio
 import trio.testing
 
-from conftest import TESTS_DIR, child_pids, group_alive, is_alive
-from support import wait_until
+from conftest import TESTS_DIR, child_pids
+from support import group_alive, is_alive, wait_until
 from trunner import (
     Reason,
     Runner,

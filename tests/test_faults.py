@@ -23,8 +23,8 @@ import trio
 
 import trunner.backend
 import trunner.invocation
-from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds
-from support import jail_pid, jailed_under, wait_until
+from conftest import TESTS_DIR, child_pids, open_fds
+from support import group_alive, is_alive, jail_pid, jailed_under, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.linux import cgroup
 from trunner.linux.probe import probe_host

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from conftest import TESTS_DIR, is_alive
-from support import jailed_under, wait_until
+from conftest import TESTS_DIR
+from support import is_alive, jailed_under, wait_until
 from trunner import Runner
 from trunner.cleanup import OWNER_DIR_PREFIX, owner_alive, owner_id
 from trunner.linux import cgroup

@@ -24,8 +24,7 @@ import pytest
 import trio
 
 from conftest import TESTS_DIR, child_pids, make_runner
-from sec_helpers import run_code
-from support import host_children, pid_namespace_members, wait_until
+from support import host_children, pid_namespace_members, run_code, wait_until
 from trunner import Limits, Runner
 
 if TYPE_CHECKING:
