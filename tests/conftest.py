@@ -123,3 +123,28 @@ def runner(jail_root: Path) -> Runner:
     return make_runner(
         import_paths=[TESTS_DIR], temp_root=str(jail_root), limits=Limits(wall_time_s=20.0)
     )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Keep the reason of a skip or xfail raised inside an async test:
+    pytest-trio unwraps it from trio's exception group with a bare
+    `pytest.skip()`/`pytest.xfail()`, whose context is that group."""
+    try:
+        return (yield)
+    except (pytest.skip.Exception, pytest.xfail.Exception) as bare:
+        group = bare.__context__
+        if bare.msg or not isinstance(group, BaseExceptionGroup):
+            raise
+        leaves = list(_leaves(group))
+        if len(leaves) == 1 and type(leaves[0]) is type(bare):
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for e in group.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            yield from _leaves(e)
+        else:
+            yield e
