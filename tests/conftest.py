@@ -9,9 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-# Re-exported: some test files import these from conftest.
-from support import group_alive as group_alive, is_alive as is_alive
-
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
@@ -36,15 +33,6 @@ def child_pids() -> list[int]:
         except FileNotFoundError:
             continue  # a thread (trio's worker threads retire) ended while we looked
     return [p for p in pids if p != watchdog_pid()]
-
-
-async def watch_children(seen: list[int]) -> None:
-    """Record in `seen` the first child pids that appear (run it as a task)."""
-    import trio
-
-    while not seen:
-        seen.extend(child_pids())
-        await trio.sleep(0.005)
 
 
 def cgroup_dirs() -> set[str]:
@@ -135,3 +123,28 @@ def runner(jail_root: Path) -> Runner:
     return make_runner(
         import_paths=[TESTS_DIR], temp_root=str(jail_root), limits=Limits(wall_time_s=20.0)
     )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Keep the reason of a skip or xfail raised inside an async test:
+    pytest-trio unwraps it from trio's exception group with a bare
+    `pytest.skip()`/`pytest.xfail()`, whose context is that group."""
+    try:
+        return (yield)
+    except (pytest.skip.Exception, pytest.xfail.Exception) as bare:
+        group = bare.__context__
+        if bare.msg or not isinstance(group, BaseExceptionGroup):
+            raise
+        leaves = list(_leaves(group))
+        if len(leaves) == 1 and type(leaves[0]) is type(bare):
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for e in group.exceptions:
+        if isinstance(e, BaseExceptionGroup):
+            yield from _leaves(e)
+        else:
+            yield e

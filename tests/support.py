@@ -10,9 +10,9 @@ worker imports, and nothing here runs inside a jail.
   A call outside the seccomp allow-list fails with an errno (`PRELUDE`'s
   `attempt` and `syscall` name it); only a foreign architecture's or an x32
   syscall kills the worker (`syscall_denied`).
-- `is_alive`, `group_alive`, `proc_status` and the `wait_*` helpers: observe
-  real processes through /proc and wait for a real signal under
-  `trio.fail_after`, never for a fixed time.
+- `is_alive`, `group_alive`, `proc_status` and the like: observe real
+  processes through /proc. `wait_until` is the one poll: it waits for a real
+  condition, bounded, never for a fixed time.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import os
 import signal
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 import trio
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
 
     from trunner import Runner
+
+T = TypeVar("T")
 
 # Prelude for child snippets: `attempt(fn)` returns the errno name or "OK:<value>";
 # `syscall(nr, *args)` makes a raw syscall and answers the same way.
@@ -122,6 +124,19 @@ def sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+async def wait_until(
+    pred: Callable[[], T | None], timeout_s: float, what: str | Callable[[], str]
+) -> T:
+    """Poll `pred()` every 5 ms until it returns something true, and return
+    that. After `timeout_s` seconds fail naming `what` (a callable is called
+    then, to say what is still there)."""
+    with trio.move_on_after(timeout_s):
+        while not (value := pred()):  # noqa: ASYNC110  a plain predicate: nothing to await
+            await trio.sleep(0.005)
+        return value
+    raise AssertionError(f"not within {timeout_s} s: {what if isinstance(what, str) else what()}")
+
+
 # -- observing real processes ----------------------------------------------------
 
 
@@ -180,34 +195,17 @@ def ignores(status: dict[str, str], sig: int) -> bool:
     return bool(int(status.get("SigIgn", "0"), 16) & (1 << (sig - 1)))
 
 
-async def wait_status(
-    pid: int, ready: Callable[[dict[str, str]], bool], *, timeout_s: float = 30
-) -> dict[str, str]:
-    """Poll `/proc/PID/status` until `ready(status)`; fails if the pid dies first."""
-    with trio.fail_after(timeout_s):
-        while True:
-            status = proc_status(pid)
-            assert status, f"pid {pid} is gone"
-            if ready(status):
-                return status
-            await trio.sleep(0.01)
+def live_status(pid: int) -> dict[str, str]:
+    """`proc_status(pid)`; fails if the pid is gone (to wait on: it cannot
+    come back)."""
+    status = proc_status(pid)
+    assert status, f"pid {pid} is gone"
+    return status
 
 
-async def wait_jailed(pid: int, *, timeout_s: float = 30) -> dict[str, str]:
-    """Wait until `pid` has its whole jail applied (seccomp on)."""
-    return await wait_status(pid, is_jailed, timeout_s=timeout_s)
-
-
-async def wait_gone(pids: Iterable[int], *, timeout_s: float = 10) -> None:
-    """Poll until no pid of `pids` is alive (zombies count as gone)."""
-    pids = list(pids)
-    with trio.move_on_after(timeout_s):
-        while True:
-            if not any(is_alive(p) for p in pids):
-                return
-            await trio.sleep(0.01)
-    alive = [p for p in pids if is_alive(p)]
-    assert alive == [], f"still alive after {timeout_s} s"
+def alive(pids: Iterable[int]) -> list[int]:
+    """The pids of `pids` still alive (zombies count as gone)."""
+    return [p for p in pids if is_alive(p)]
 
 
 def proc_statuses() -> Iterator[tuple[int, dict[str, str]]]:
@@ -228,32 +226,14 @@ def zombies_of(uid: int) -> list[int]:
             if fields["State"].split()[0] == "Z" and int(fields["Uid"].split()[0]) == uid]
 
 
-async def wait_uid_settled(*, timeout_s: float = 10) -> None:
+def uid_settled() -> bool:
     """Not root, the process limit is RLIMIT_NPROC = the uid's tasks at spawn
     + processes - 1. An orphan left by an earlier test stays a zombie until
     init reaps it (up to ~2 s on this host): it is counted at spawn and frees
-    a slot when reaped mid-run. Wait until the uid has no zombie, so that a
-    bound the test asserts is this run's own. Root: a per-run pids cgroup,
-    nothing to wait for."""
-    if os.getuid() == 0:
-        return
-    with trio.move_on_after(timeout_s):
-        while True:
-            if not zombies_of(os.getuid()):
-                return
-            await trio.sleep(0.02)
-    left = zombies_of(os.getuid())
-    assert left == [], f"zombies of uid {os.getuid()} not reaped after {timeout_s} s"
-
-
-async def wait_none_jailed_under(root: str, *, timeout_s: float = 10) -> None:
-    """Poll until no process has its cwd under `root` (see `jailed_under`)."""
-    with trio.move_on_after(timeout_s):
-        while True:
-            if not jailed_under(root):
-                return
-            await trio.sleep(0.01)
-    assert jailed_under(root) == [], f"still alive after {timeout_s} s"
+    a slot when reaped mid-run. Settled: the uid has no zombie, so that a
+    bound the test asserts is this run's own (wait for it). Root: a per-run
+    pids cgroup, always settled."""
+    return os.getuid() == 0 or not zombies_of(os.getuid())
 
 
 def jailed_under(root: str) -> list[int]:
@@ -322,16 +302,14 @@ def host_children(pid: int) -> list[int]:
     return out
 
 
-async def wait_jail_pid(helper: int, *, timeout_s: float = 30) -> int:
+def jail_pid(helper: int) -> int | None:
     """The host pid of the jail's pid 2 (the adapter): the child of the
-    helper's child, the jail's pid 1."""
-    with trio.fail_after(timeout_s):
-        while True:
-            for init in host_children(helper):
-                for child in host_children(init):
-                    if ns_pids(child)[1:] == [2]:
-                        return child
-            await trio.sleep(0.01)
+    helper's child, the jail's pid 1. None while there is none."""
+    for init in host_children(helper):
+        for child in host_children(init):
+            if ns_pids(child)[1:] == [2]:
+                return child
+    return None
 
 
 # -- a handshake with a live jail --------------------------------------------------
@@ -351,21 +329,26 @@ def ready(info):
 """
 
 
-async def jail_ready(helper: int, *, go: bool = True, timeout_s: float = 30) -> tuple[int, Any]:
+def ready_info(helper: int) -> tuple[int, Any] | None:
     """(the jail's pid 2, the `info` it passed to `ready`) of the jail under
-    `helper` (a pid of conftest.child_pids()); then `go` unless told not to
-    (`let_go` later)."""
-    with trio.fail_after(timeout_s):
-        jail = await wait_jail_pid(helper)
-        while True:
-            try:
-                info = json.loads(Path(f"/proc/{jail}/cwd/ready").read_text())
-            except FileNotFoundError:
-                await trio.sleep(0.01)
-                continue
-            if go:
-                let_go(jail)
-            return jail, info
+    `helper`; None until it has called `ready`."""
+    jail = jail_pid(helper)
+    if jail is None:
+        return None
+    try:
+        return jail, json.loads(Path(f"/proc/{jail}/cwd/ready").read_text())
+    except FileNotFoundError:
+        return None
+
+
+async def jail_ready(helper: int, *, go: bool = True, timeout_s: float = 30) -> tuple[int, Any]:
+    """`ready_info` of the jail under `helper` (a pid of conftest.child_pids())
+    once it is ready; then `go` unless told not to (`let_go` later)."""
+    jail, info = await wait_until(lambda: ready_info(helper), timeout_s,
+                                  f"the jail under helper {helper} ready")
+    if go:
+        let_go(jail)
+    return jail, info
 
 
 def let_go(jail: int) -> None:

@@ -19,8 +19,7 @@ import pytest
 import trio
 
 import trunner.cleanup
-from conftest import group_alive, is_alive
-from support import jailed_under
+from support import group_alive, is_alive, jailed_under, wait_until
 from trunner import Reason, Runner, RunnerError
 from trunner.backend import make_jail_dir, remove_jail_dir
 from trunner.cleanup import remove_tree
@@ -270,10 +269,9 @@ def immutable(jail_root: Path, tmp_path: Path) -> Iterator[list[Path]]:
 async def _make_stuck(jail_root: Path, made: list[Path]) -> None:
     """Once the child made its `stuck` (in its scratch), put an immutable
     `stuck` in its host jail dir, then say go (through the jail's cwd)."""
-    with trio.fail_after(30):
-        while not (found := [p for p in jailed_under(str(jail_root))  # noqa: ASYNC110
-                             if os.path.exists(f"/proc/{p}/cwd/stuck")]):
-            await trio.sleep(0.005)
+    found = await wait_until(lambda: [p for p in jailed_under(str(jail_root))
+                                      if os.path.exists(f"/proc/{p}/cwd/stuck")],
+                             30, "the jail's `stuck`")
     [owner_dir] = jail_root.iterdir()
     [jail_dir] = owner_dir.iterdir()
     stuck = jail_dir / "stuck"
@@ -351,9 +349,8 @@ async def test_the_watchdog_kills_listed_groups_and_removes_their_dirs(tmp_path:
                 proc.stdin.write(record[i : i + 1])
                 proc.stdin.flush()
         proc.stdin.close()
-        with trio.fail_after(30):  # a hung watchdog, not a speed bound (that is test_faults')
-            while proc.poll() is None:  # noqa: ASYNC110  a plain Popen: nothing to await
-                await trio.sleep(0.005)
+        # A hung watchdog, not a speed bound (that is test_faults').
+        await wait_until(lambda: proc.poll() is not None, 30, "the watchdog's exit")
         assert proc.returncode == 0
         assert live.wait(timeout=5) == -signal.SIGKILL
         assert unlisted.poll() is None  # not signalled
@@ -396,9 +393,8 @@ async def test_the_watchdog_ends_at_its_owners_death_with_its_pipe_still_open(
         ]))
         owner_proc.kill()
         owner_proc.wait()
-        with trio.fail_after(30):  # a hung watchdog, not a speed bound
-            while proc.poll() is None:  # noqa: ASYNC110  a plain Popen: nothing to await
-                await trio.sleep(0.005)
+        # A hung watchdog, not a speed bound.
+        await wait_until(lambda: proc.poll() is not None, 30, "the watchdog's exit")
         assert proc.returncode == 0
         assert live.wait(timeout=5) == -signal.SIGKILL
         assert not owner_dir.exists()

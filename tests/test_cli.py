@@ -14,7 +14,8 @@ import pytest
 import trio
 import trio.testing
 
-from conftest import TESTS_DIR, group_alive, is_alive, watch_children
+from conftest import TESTS_DIR, child_pids
+from support import group_alive, is_alive, wait_until
 from trunner import (
     Reason,
     Runner,
@@ -118,14 +119,13 @@ async def test_a_signalled_cli_cleans_up_and_exits_128_plus_the_signal(
         env={**os.environ, "TMPDIR": str(jail_root)},
     )
     try:
-        with trio.fail_after(60):
-            while (sleeper := _jailed_sleep(cli.pid)) is None:
-                assert cli.poll() is None, cli.stderr.read() if cli.stderr else ""
-                await trio.sleep(0.005)
+        def sleeping() -> int | None:
+            assert cli.poll() is None, cli.stderr.read() if cli.stderr else ""
+            return _jailed_sleep(cli.pid)
+
+        sleeper = await wait_until(sleeping, 60, "the jailed sleep")
         cli.send_signal(sig)
-        with trio.fail_after(10):
-            while cli.poll() is None:  # noqa: ASYNC110  a plain Popen: nothing to await
-                await trio.sleep(0.005)
+        await wait_until(lambda: cli.poll() is not None, 10, "the CLI's exit")
         assert cli.stdout is not None
         assert cli.stderr is not None
         out = json.loads(cli.stdout.read())
@@ -148,8 +148,7 @@ async def test_cancel_on_signals_cancels_the_runs_and_tells_the_signal(
     seen: list[int] = []
 
     async def signal_once_running() -> None:
-        with trio.fail_after(30):
-            await watch_children(seen)
+        seen.extend(await wait_until(child_pids, 30, "a child process"))
         os.kill(os.getpid(), signal.SIGINT)  # a real signal to this process
 
     async with cancel_on_signals() as stop, trio.open_nursery() as nursery:

@@ -23,8 +23,8 @@ import trio
 
 import trunner.backend
 import trunner.invocation
-from conftest import TESTS_DIR, child_pids, group_alive, is_alive, open_fds, watch_children
-from support import jailed_under, wait_jail_pid
+from conftest import TESTS_DIR, child_pids, open_fds
+from support import group_alive, is_alive, jail_pid, jailed_under, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.linux import cgroup
 from trunner.linux.probe import probe_host
@@ -77,24 +77,12 @@ def adapter_running(pid: int) -> bool:
     return filtered and b"helper" not in argv
 
 
-# The timeout is the helper's point: it turns TooSlowError into a message naming `what`.
-async def wait_until(condition: Any, timeout: float, what: str) -> None:  # noqa: ASYNC109
-    """Poll `condition()` until it holds; fail after `timeout` seconds."""
-    try:
-        with trio.fail_after(timeout):
-            while not condition():  # noqa: ASYNC110  a plain predicate: nothing to await
-                await trio.sleep(0.005)
-    except trio.TooSlowError:
-        raise AssertionError(f"not within {timeout} s: {what}") from None
-
-
 async def test_child_sigkilled_from_outside_mid_run(runner: Runner) -> None:
     seen: list[int] = []
 
     async def kill_when_seen() -> None:
-        with trio.fail_after(30):
-            await watch_children(seen)
-        jail = await wait_jail_pid(seen[0])  # the adapter: the jail's pid 2
+        seen.extend(await wait_until(child_pids, 30, "a child process"))
+        jail = await wait_until(lambda: jail_pid(seen[0]), 30, "the jail's pid 2")  # the adapter
         await wait_until(lambda: adapter_running(jail), 30, "the adapter runs")
         os.kill(jail, signal.SIGKILL)
 
@@ -256,17 +244,10 @@ def _left_by(parent: subprocess.Popen[bytes], root: Path, seen: list[int]) -> li
 async def _ends_clean(parent: subprocess.Popen[bytes], root: Path, seen: list[int]) -> float:
     """Wait for `parent` to be gone, then for nothing of its runs to be
     left, within GONE_WITHIN_S; returns how long the second wait took."""
-    with trio.fail_after(30):
-        while parent.poll() is None:  # noqa: ASYNC110  a plain Popen: nothing to await
-            await trio.sleep(0.001)
+    await wait_until(lambda: parent.poll() is not None, 30, "the parent's exit")
     start = trio.current_time()
-    try:
-        with trio.fail_after(GONE_WITHIN_S):
-            while _left_by(parent, root, seen):  # noqa: ASYNC110  polls the host
-                await trio.sleep(0.005)
-    except trio.TooSlowError:
-        left = _left_by(parent, root, seen)
-        raise AssertionError(f"{GONE_WITHIN_S} s after the parent: {left}") from None
+    await wait_until(lambda: not _left_by(parent, root, seen), GONE_WITHIN_S,
+                     lambda: f"nothing left (left: {_left_by(parent, root, seen)})")
     return trio.current_time() - start
 
 

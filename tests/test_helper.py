@@ -120,8 +120,6 @@ async def test_rlimit_above_the_kernel_maximum_is_refused(jail_root: Path) -> No
 _LIMIT = probe_host().process_limit
 
 
-# (A skip marker, not pytest.skip(): pytest-trio drops the reason of a skip
-# raised inside an async test.)
 @pytest.mark.skipif(
     _LIMIT is None or _LIMIT.kind != "pids_cgroup",
     reason=f"pids cgroups are root's: the process limit here (uid {os.getuid()}) is "

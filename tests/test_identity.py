@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from conftest import TESTS_DIR, child_pids
-from support import READY, jail_ready, let_go, proc_status, run_code, wait_status
+from support import READY, jail_ready, let_go, live_status, proc_status, run_code, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.linux.backend import LinuxBackend
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds
@@ -45,17 +45,10 @@ def host_uid(pid: int) -> int:
     return int(proc_status(pid)["Uid"].split()[0])
 
 
-async def wait_children(
-    n: int, *, until: Callable[[], bool] = lambda: True, timeout_s: float = 60
-) -> list[int]:
-    """Poll until this process has `n` children (helpers of runs started)
-    and `until()` holds."""
-    with trio.fail_after(timeout_s):
-        while True:
-            pids = child_pids()
-            if len(pids) >= n and until():
-                return pids
-            await trio.sleep(0.01)
+def helpers(n: int) -> list[int] | None:
+    """This process's children (the helpers of runs started), once there are `n`."""
+    pids = child_pids()
+    return pids if len(pids) >= n else None
 
 
 async def test_the_jail_is_one_uid_inside_mapped_to_its_host_id(runner: Runner) -> None:
@@ -123,7 +116,8 @@ async def _hold_two(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(one)
         nursery.start_soon(one)
-        jails = [(await jail_ready(helper, go=False))[0] for helper in await wait_children(2)]
+        started = await wait_until(lambda: helpers(2), 60, "2 runs' helpers")
+        jails = [(await jail_ready(helper, go=False))[0] for helper in started]
         uids = [host_uid(jail) for jail in jails]
         if during is not None:
             await during()
@@ -161,7 +155,8 @@ async def test_a_host_process_of_uid_65534_cannot_reach_a_jails_files(runner: Ru
     code = PRELUDE + READY + 'open("secret", "w").write("the jail\'s"); ready({}); result = 1'
     async with trio.open_nursery() as nursery:
         nursery.start_soon(runner.run, "children:run_code", code)
-        jail, _ = await jail_ready((await wait_children(1))[0], go=False)
+        helper = (await wait_until(lambda: helpers(1), 60, "the run's helper"))[0]
+        jail, _ = await jail_ready(helper, go=False)
         path = f"/proc/{jail}/root/home/trunner/secret"
         assert Path(path).read_text() == "the jail's"  # root can
         nobody = await trio.run_process(
@@ -205,7 +200,8 @@ async def test_the_range_is_refused_while_a_host_process_runs_as_an_id(jail_root
         ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "cat"],
         stdin=subprocess.PIPE)
     try:
-        await wait_status(squatter.pid, lambda s: s["Uid"].split()[0] == str(uid))
+        await wait_until(lambda: live_status(squatter.pid)["Uid"].split()[0] == str(uid), 30,
+                         f"the squatter running as {uid}")
         with pytest.raises(RunnerError) as info:
             Runner(temp_root=str(jail_root), host_ids=ids)
         assert info.value.reason is Reason.HOST_IDS_IN_USE
@@ -238,7 +234,7 @@ async def test_one_id_serves_any_number_of_sequential_runs(jail_root: Path) -> N
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_code, runner, READY + "ready({})\n" + LOOP)
-        [helper] = await wait_children(1)
+        [helper] = await wait_until(lambda: helpers(1), 60, "the run's helper")
         jail, _ = await jail_ready(helper, go=False)
         assert host_uid(jail) == SMALL
         # The one id is taken: refused, nothing spawned.
@@ -257,7 +253,7 @@ async def test_a_pool_holds_its_ids_while_idle(jail_root: Path) -> None:
     ids = range(SMALL, SMALL + 2)
     runner = Runner(temp_root=str(jail_root), import_paths=[TESTS_DIR], host_ids=ids)
     async with runner.pool("children:status", size=2) as pool:
-        await wait_children(2, until=lambda: pool.idle_workers == 2)
+        await wait_until(lambda: helpers(2) and pool.idle_workers == 2, 60, "2 idle workers")
         assert all(HostIds(ids)._held(i) for i in ids)
         with pytest.raises(RunnerError) as info:
             await runner.run("children:status")
@@ -331,7 +327,8 @@ result = [n, last]
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(drain_one)
-            jail, _ = await jail_ready((await wait_children(1))[0], go=False)
+            helper = (await wait_until(lambda: helpers(1), 60, "the run's helper"))[0]
+            jail, _ = await jail_ready(helper, go=False)
             # The first jail holds all it may: another jail takes one more.
             results.append(await run_code(runner, setup + "result = take()"))
             let_go(jail)

@@ -18,15 +18,16 @@ import trio
 from conftest import TESTS_DIR, child_pids
 from support import (
     PID_NS,
+    alive,
     denied,
     is_jailed,
+    jailed_under,
     pid_namespace_members,
     proc_status,
     proc_statuses,
     run_code,
-    wait_gone,
-    wait_none_jailed_under,
-    wait_uid_settled,
+    uid_settled,
+    wait_until,
 )
 from trunner import Reason, Result, Runner
 from trunner.linux.plan import TRUNNER_PROCESSES, WORKDIR
@@ -210,7 +211,7 @@ result = {"nproc": resource.getrlimit(resource.RLIMIT_NPROC), "forked": len(pids
 
 async def test_fork_bomb_stops_at_the_process_limit(runner: Runner) -> None:
     limits = runner.limits.replace(processes=8, wall_time_s=20)
-    await wait_uid_settled()
+    await wait_until(uid_settled, 10, "no zombie of this uid")
     result = await run_code(runner, FORK_UNTIL_REFUSED, limits=limits)
     assert result["failure"] == "EAGAIN"
     assert result["forked"] < 8
@@ -272,16 +273,14 @@ async def test_sigkilled_parent_leaves_no_jailed_process(jail_root: Path) -> Non
         [sys.executable, "-c", code], stderr=subprocess.DEVNULL
     )
     try:
-        with trio.fail_after(30):
-            while True:
-                # The jail writes `ready` in its working dir (its own scratch),
-                # seen from the host through the jail's /proc/PID/cwd.
-                ready = [p for p in _descendants(parent.pid)
-                         if os.path.exists(f"/proc/{p}/cwd/ready")]
-                if ready:
-                    break
-                assert parent.poll() is None, f"the parent exited {parent.returncode}"
-                await trio.sleep(0.02)
+        def made_ready() -> list[int]:
+            # The jail writes `ready` in its working dir (its own scratch),
+            # seen from the host through the jail's /proc/PID/cwd.
+            ready = [p for p in _descendants(parent.pid) if os.path.exists(f"/proc/{p}/cwd/ready")]
+            assert ready or parent.poll() is None, f"the parent exited {parent.returncode}"
+            return ready
+
+        ready = await wait_until(made_ready, 30, "the jail's `ready`")
         inside = [int(pid) for pid in Path(f"/proc/{ready[0]}/cwd/ready").read_text().split()]
         assert inside == [2, 3]  # pids of the jail's own namespace
         ns = os.readlink(f"/proc/{ready[0]}/ns/pid")
@@ -291,7 +290,9 @@ async def test_sigkilled_parent_leaves_no_jailed_process(jail_root: Path) -> Non
         assert all(is_jailed(proc_status(pid)) for pid in jailed)
         parent.kill()
         await parent.wait()
-        await wait_gone(jailed)  # generous: the watchdog and PDEATHSIG kill them
+        # Generous: the watchdog and PDEATHSIG kill them.
+        await wait_until(lambda: not alive(jailed), 10,
+                         lambda: f"the jailed processes gone (alive: {alive(jailed)})")
     finally:
         parent.kill()
         await parent.wait()
@@ -352,7 +353,8 @@ async def test_no_process_of_a_run_outlives_it_whatever_the_outcome(
         e = await denied(runner, code, limits=runner.limits.replace(**limits))
         assert e.reason is reason, e.detail
     # Reaching the outcome proves the fork happened; the sleeper's cwd was the jail dir.
-    await wait_none_jailed_under(str(jail_root))
+    await wait_until(lambda: not jailed_under(str(jail_root)), 10,
+                     lambda: f"the run's processes gone (alive: {jailed_under(str(jail_root))})")
     assert child_pids() == []
     assert list(jail_root.iterdir()) == []
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from conftest import TESTS_DIR, is_alive
-from support import jailed_under
+from conftest import TESTS_DIR
+from support import is_alive, jailed_under, wait_until
 from trunner import Runner
 from trunner.cleanup import OWNER_DIR_PREFIX, owner_alive, owner_id
 from trunner.linux import cgroup
@@ -116,9 +116,7 @@ async def test_killing_the_caller_and_its_children_together_leaves_nothing(
             return (len(owners) == 1 and len(list(owners[0].iterdir())) == 3
                     and any(MARKER in _argv(p) for p in jailed_under(str(root))))
 
-        with trio.fail_after(60):
-            while not ready():  # noqa: ASYNC110  polls the host
-                await trio.sleep(0.01)
+        await wait_until(ready, 60, "3 jail dirs and the sleep running")
         [owner_dir] = root.iterdir()
         assert owner_dir.name.startswith(f"{OWNER_DIR_PREFIX}{caller.pid}-")
         assert owner_alive(owner_dir.name[len(OWNER_DIR_PREFIX):].rpartition("-")[0])
@@ -132,22 +130,14 @@ async def test_killing_the_caller_and_its_children_together_leaves_nothing(
         caller.kill()
         for pid in children:
             os.kill(pid, signal.SIGKILL)
-        with trio.fail_after(30):
-            while caller.poll() is None:  # noqa: ASYNC110  a plain Popen: nothing to await
-                await trio.sleep(0.001)
+        await wait_until(lambda: caller.poll() is not None, 30, "the caller's exit")
         start = trio.current_time()
-        try:
-            with trio.fail_after(GONE_WITHIN_S):
-                while _left(root, caller.pid, seen):  # noqa: ASYNC110  polls the host
-                    await trio.sleep(0.005)
-        except trio.TooSlowError:
-            left = _left(root, caller.pid, seen)
-            raise AssertionError(f"{GONE_WITHIN_S} s after the caller: {left}") from None
+        await wait_until(lambda: not _left(root, caller.pid, seen), GONE_WITHIN_S,
+                         lambda: f"nothing left (left: {_left(root, caller.pid, seen)})")
         print(f"nothing left {1000 * (trio.current_time() - start):.0f} ms after the caller")
         assert list(root.iterdir()) == []
-        with trio.fail_after(GONE_WITHIN_S):  # its work done, the watchdog exits
-            while is_alive(watchdog):  # noqa: ASYNC110  polls the host
-                await trio.sleep(0.005)
+        # Its work done, the watchdog exits.
+        await wait_until(lambda: not is_alive(watchdog), GONE_WITHIN_S, "the watchdog's exit")
     finally:
         if caller.poll() is None:
             caller.kill()

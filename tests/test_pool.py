@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pytest
 import trio
 
 from conftest import child_pids
-from support import pid_namespace_members, wait_gone
+from support import pid_namespace_members, wait_until
 from trunner import Reason, Runner, RunnerError
-
-if TYPE_CHECKING:
-    from trunner.pool import WorkerPool
-
-
-async def wait_idle(pool: WorkerPool, n: int, *, timeout_s: float = 60) -> None:
-    """Poll until the pool has `n` idle workers (no event to wait on from outside)."""
-    with trio.fail_after(timeout_s):
-        while True:
-            if pool.idle_workers == n:
-                return
-            await trio.sleep(0.02)
 
 
 async def test_each_request_gets_its_own_prewarmed_jailed_process(runner: Runner) -> None:
     async with runner.pool("children:status", size=2) as pool:
-        await wait_idle(pool, 2)
+        await wait_until(lambda: pool.idle_workers == 2, 60, "2 idle workers")
         first = (await pool.run(None)).response
         second = (await pool.run(None)).response
     assert first["pidns"] != second["pidns"]  # each its own jail (each is pid 2 in it)
@@ -42,20 +28,20 @@ async def test_each_request_gets_its_own_prewarmed_jailed_process(runner: Runner
 async def test_deadline_starts_when_the_request_is_written(runner: Runner) -> None:
     limits = runner.limits.replace(wall_time_s=1.0)
     async with runner.pool("echo", size=1, limits=limits) as pool:
-        await wait_idle(pool, 1)
+        await wait_until(lambda: pool.idle_workers == 1, 60, "1 idle worker")
         await trio.sleep(1.5)  # idle longer than the wall time
         assert (await pool.run("late")).response == "late"
 
 
 async def test_pooled_workers_keep_every_reason(runner: Runner) -> None:
     async with runner.pool("children:frame_then_byte", size=1) as pool:
-        await wait_idle(pool, 1)
+        await wait_until(lambda: pool.idle_workers == 1, 60, "1 idle worker")
         with pytest.raises(RunnerError) as info:
             await pool.run({"a": 1})
         assert info.value.reason is Reason.TRAILING_BYTES
     limits = runner.limits.replace(stdout_max_bytes=1000)
     async with runner.pool("children:write_then_sleep", size=1, limits=limits) as pool:
-        await wait_idle(pool, 1)
+        await wait_until(lambda: pool.idle_workers == 1, 60, "1 idle worker")
         with pytest.raises(RunnerError) as info:
             await pool.run({"n": 1001, "fd": 1})
         assert info.value.reason is Reason.STDOUT_CAP
@@ -63,18 +49,14 @@ async def test_pooled_workers_keep_every_reason(runner: Runner) -> None:
 
 async def test_idle_workers_are_ended_and_refilled_on_use(runner: Runner) -> None:
     async with runner.pool("echo", size=2, idle_s=1.0) as pool:
-        await wait_idle(pool, 2)
-        ended = child_pids()
-        await wait_idle(pool, 0, timeout_s=30)  # idle_s passed: taken out of the pool...
-        await wait_gone(ended)  # ...and ended (the discard finishes after the count drops)
-        # Dead is not yet reaped: the discard reaps each leader once its
-        # group is dead; until then it is a zombie child of this process.
-        with trio.fail_after(10):
-            while set(ended) & set(child_pids()):  # noqa: ASYNC110  no event to wait on
-                await trio.sleep(0.005)
-        assert child_pids() == []
+        await wait_until(lambda: pool.idle_workers == 2, 60, "2 idle workers")
+        # idle_s passed: taken out of the pool...
+        await wait_until(lambda: pool.idle_workers == 0, 30, "no idle worker")
+        # ...and ended and reaped: the discard finishes after the count drops (a
+        # dead helper stays among our children, a zombie, until the discard reaps it).
+        await wait_until(lambda: not child_pids(), 10, "the ended helpers reaped")
         assert (await pool.run(1)).response == 1  # served cold, wakes the refill
-        await wait_idle(pool, 2)
+        await wait_until(lambda: pool.idle_workers == 2, 60, "2 idle workers")
 
 
 async def test_pool_outside_async_with_is_refused(runner: Runner) -> None:

@@ -12,17 +12,17 @@ import pytest
 import trio
 import trio.testing
 
-from conftest import child_pids, watch_children
+from conftest import child_pids
 from support import (
     fails,
     group_alive,
     ignores,
     is_alive,
     is_jailed,
+    jail_pid,
+    live_status,
     pid_namespace_members,
-    wait_jail_pid,
-    wait_jailed,
-    wait_status,
+    wait_until,
 )
 from trunner import ExecResult, Limits, Reason, Result, Runner, RunnerError
 from trunner.protocol import encode_frame
@@ -109,10 +109,16 @@ async def test_deadline_sigkills_a_running_child_that_ignores_sigterm(runner: Ru
     ignoring: list[int] = []
 
     async def watch_it_ignore_sigterm() -> None:
-        await watch_children(seen)
-        jail = await wait_jail_pid(seen[0])  # the helper's child in the PID namespace
+        seen.extend(await wait_until(child_pids, 30, "a child process"))
+        # The helper's child in the PID namespace.
+        jail = await wait_until(lambda: jail_pid(seen[0]), 30, "the jail's pid 2")
         seen.append(jail)
-        await wait_status(jail, lambda s: is_jailed(s) and ignores(s, signal.SIGTERM))
+
+        def ignoring_sigterm() -> bool:
+            status = live_status(jail)
+            return is_jailed(status) and ignores(status, signal.SIGTERM)
+
+        await wait_until(ignoring_sigterm, 30, "the child jailed, ignoring SIGTERM")
         ignoring.append(seen[0])
 
     start = trio.current_time()
@@ -161,8 +167,8 @@ async def test_caller_cancellation_kills_group_and_removes_jail(
     jail_dirs: list[Path] = []
 
     async def cancel_once_jailed(scope: trio.CancelScope) -> None:
-        await watch_children(seen)
-        await wait_jailed(seen[0])
+        seen.extend(await wait_until(child_pids, 60, "a child process"))
+        await wait_until(lambda: is_jailed(live_status(seen[0])), 30, "the helper jailed")
         jail_dirs.extend(jail_root.iterdir())
         scope.cancel()
 

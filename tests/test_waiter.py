@@ -145,15 +145,13 @@ async def test_the_helper_and_pid_1_exec_the_waiter_from_a_descriptor(runner: ob
     from trunner.helper import WAITER_FD
 
     assert isinstance(runner, Runner)
-    import trio
+    from support import wait_until
 
     def waiters() -> list[int]:
         return [pid for pid in _descendants(os.getpid())
                 if os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(WAITER)]
 
     async with runner.pool("echo", size=1) as pool:
-        with trio.fail_after(20):  # the waiting helper and the jail's pid 1
-            while len(waiters()) < 2:  # noqa: ASYNC110  processes in /proc: nothing to await
-                await trio.sleep(0.005)
+        await wait_until(lambda: len(waiters()) >= 2, 20, "the waiting helper and the jail's pid 1")
         assert {_exec_fn(pid) for pid in waiters()} == {f"/dev/fd/{WAITER_FD}".encode()}
         assert (await pool.run({"x": 1})).response == {"x": 1}

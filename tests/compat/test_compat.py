@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from support import run_code
+from trunner.linux.plan import JAIL_ID, WORKDIR
 
 if TYPE_CHECKING:
     from trunner import ExecFile, ExecResult, Limits, Runner
@@ -50,11 +51,11 @@ async def test_getpwuid_of_the_own_uid(runner: Runner) -> None:
     result = await run_code(runner, """
         import getpass, grp, pwd
         me = pwd.getpwuid(os.getuid())
-        result = [me.pw_name, me.pw_dir, grp.getgrgid(os.getgid()).gr_name, getpass.getuser()]
+        result = [os.getuid(), os.getgid(), me.pw_name, me.pw_dir,
+                  grp.getgrgid(os.getgid()).gr_name, getpass.getuser()]
     """)
-    assert result[0] in ("root", "trunner")
-    assert result[1] == "/home/trunner"
-    assert result[3] == result[0]
+    # The jail's own user, whoever the caller is (root too): uid and gid 1000.
+    assert result == [JAIL_ID, JAIL_ID, "trunner", WORKDIR, "trunner", "trunner"]
 
 
 async def test_proc_cpuinfo_meminfo_and_self_in_a_grandchild(runner: Runner) -> None:

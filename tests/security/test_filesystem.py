@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from conftest import TESTS_DIR, child_pids, make_runner
-from support import host_children, run_code, sha256
+from support import host_children, run_code, sha256, wait_until
 from trunner import Limits, Runner
 
 if TYPE_CHECKING:
@@ -384,9 +384,7 @@ async def while_held(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(jailed)
-        with trio.fail_after(15):
-            while not (ready := _ready_jails()):  # noqa: ASYNC110  polls the jail
-                await trio.sleep(0.01)
+        ready = await wait_until(_ready_jails, 15, "the jail's `ready`")
         try:
             out["host"] = host()
         finally:

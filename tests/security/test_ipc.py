@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from conftest import child_pids
-from support import READY, jail_ready, let_go, run_code
+from support import READY, jail_ready, let_go, run_code, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -154,9 +154,7 @@ result = [ctypes.string_at(addr, 4), syscall(68, {key}, 0) == "OK:" + repr(msg),
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_a)
-        with trio.fail_after(30):
-            while not (helpers := child_pids()):  # noqa: ASYNC110  polls the host's /proc
-                await trio.sleep(0.01)
+        helpers = await wait_until(child_pids, 30, "the run's helper")
         jail_a, ids = await jail_ready(helpers[0], go=False)
         assert min(ids.values()) >= 0, ids
         try:

@@ -24,8 +24,7 @@ import pytest
 import trio
 
 from conftest import TESTS_DIR, child_pids, make_runner
-from sec_helpers import run_code
-from support import host_children, pid_namespace_members
+from support import host_children, pid_namespace_members, run_code, wait_until
 from trunner import Limits, Runner
 
 if TYPE_CHECKING:
@@ -133,11 +132,9 @@ async def _while_held(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(jailed)
-        with trio.fail_after(15):
-            # The jail binds `sync` in its working dir (its own scratch):
-            # reached from the host through the jail's /proc/PID/cwd.
-            while not (hits := _jail_sockets()):  # noqa: ASYNC110  polls the jail
-                await trio.sleep(0.01)
+        # The jail binds `sync` in its working dir (its own scratch):
+        # reached from the host through the jail's /proc/PID/cwd.
+        hits = await wait_until(_jail_sockets, 15, "the jail's `sync` socket")
         try:
             out["host"] = await host()
         finally:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from conftest import landlock_abi_in_force, landlock_cap
-from sec_helpers import run_code
+from support import run_code
 from trunner import Limits, Runner
 from trunner.linux.backend import LinuxBackend
 from trunner.linux.landlock import FEATURES, KNOWN_ABI, features_for_abi

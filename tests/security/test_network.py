@@ -19,7 +19,7 @@ import trio
 from test_filesystem import while_held
 
 from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
-from sec_helpers import run_code
+from support import run_code
 from trunner import Limits, Reason, Runner, RunnerError
 
 if TYPE_CHECKING:

@@ -23,13 +23,16 @@ from support import (
     READY,
     denied,
     is_alive,
+    is_jailed,
     jail_ready,
+    live_status,
     pid_namespace_members,
     proc_status,
     run_code,
-    wait_jailed,
+    wait_until,
 )
 from trunner import Reason, Runner
+from trunner.linux.plan import JAIL_ID
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -434,9 +437,7 @@ result = info
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
-            with trio.fail_after(30):
-                while not (helpers := child_pids()):  # noqa: ASYNC110  polls the host's /proc
-                    await trio.sleep(0.01)
+            helpers = await wait_until(child_pids, 30, "the run's helper")
             _, info = await jail_ready(helpers[0])
         assert errors == [Reason.TIMEOUT if ending == "deadline" else Reason.STDOUT_CAP]
     _check_setup(kind, info)
@@ -475,20 +476,22 @@ async def test_execute_setuid_binary(runner: Runner) -> None:
     if not suids:
         pytest.skip("no setuid binary on this host")
     status: str = (await runner.run("children:status")).response["status"]
-    # No privilege can be gained by any exec: NNP set, bounding set empty.
+    # No privilege can be gained by any exec: NNP set, bounding set empty. The
+    # jail is uid 1000 whoever the caller is (root too), and stays it.
     assert "NoNewPrivs:\t1" in status
     assert "CapBnd:\t0000000000000000" in status
+    assert f"Uid:\t{JAIL_ID}\t{JAIL_ID}\t{JAIL_ID}\t{JAIL_ID}\n" in status
     for suid in suids:
         if suid.endswith("passwd"):
             argv = [suid, "-S", "root"]
         else:
             argv = [suid, "root", "-c", "cat /etc/shadow"]
         done = (await runner.exec(argv)).response
-        # (As root the jail is uid 0 of its user namespace already: nothing
-        # to gain, and /etc/shadow is not in its root, so passwd -S says L.)
-        assert done.exit_code != 0 or os.getuid() == 0, (suid, done)
-        assert b"root:" not in done.stdout, done.stdout
-        assert b" P " not in done.stdout, done.stdout
+        # The setuid bit gave nothing: both refuse uid 1000 (their exit 1).
+        assert done.exit_code == 1, (suid, done)
+        assert done.stdout == b"", done.stdout
+        if suid.endswith("passwd"):
+            assert b"You may not view or modify password information for root" in done.stderr
 
 
 def _nofile(pid: int) -> str:
@@ -564,15 +567,14 @@ async def test_concurrent_sibling_run(runner: Runner, jail_root: Path) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(partial(runner.run, "children:sleep", 120.0,
                                     limits=runner.limits.replace(wall_time_s=150)))
-        with trio.fail_after(60):
-            while True:
-                dirs = list(jail_root.iterdir())
-                pids = [p for p in child_pids() if b"children:sleep" in _cmdline(p)]
-                if dirs and pids:
-                    break
-                await trio.sleep(0.05)
-        sibling_dir, sibling_pid = str(dirs[0]), pids[0]
-        await wait_jailed(sibling_pid)  # the sibling is past its jail setup
+        def sibling() -> tuple[str, int] | None:
+            dirs = list(jail_root.iterdir())
+            pids = [p for p in child_pids() if b"children:sleep" in _cmdline(p)]
+            return (str(dirs[0]), pids[0]) if dirs and pids else None
+
+        sibling_dir, sibling_pid = await wait_until(sibling, 60, "the sibling's dir and helper")
+        # The sibling is past its jail setup.
+        await wait_until(lambda: is_jailed(live_status(sibling_pid)), 30, "the sibling jailed")
         result = await run_code(runner, f"""
             import signal
             d = {sibling_dir!r}

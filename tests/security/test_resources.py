@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from support import denied, pid_namespace_members, run_code, wait_uid_settled
+from support import denied, pid_namespace_members, run_code, uid_settled, wait_until
 from trunner import Reason, Runner
 
 
@@ -15,7 +15,7 @@ async def test_fork_bomb(runner: Runner) -> None:
     """Recursive fork bomb (every process forks): EAGAIN at the process limit (pids.max as
     root, RLIMIT_NPROC not), nothing left after."""
     limits = runner.limits.replace(processes=12, wall_time_s=40)
-    await wait_uid_settled()
+    await wait_until(uid_settled, 10, "no zombie of this uid")
     result = await run_code(runner, """
         import time
         log = os.open("pids", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -46,7 +46,7 @@ async def test_fork_bomb(runner: Runner) -> None:
 async def test_thread_bomb(runner: Runner) -> None:
     """Thread bomb: threads count against the pids cgroup too."""
     limits = runner.limits.replace(processes=8)
-    await wait_uid_settled()
+    await wait_until(uid_settled, 10, "no zombie of this uid")
     result = await run_code(runner, """
         import threading, time
         n, err = 0, None
