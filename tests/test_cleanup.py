@@ -286,7 +286,8 @@ async def _make_stuck(jail_root: Path, made: list[Path]) -> None:
     [
         pytest.param("result = 'done'", {}, Reason.CLEANUP_FAILED, id="else-a-success"),
         pytest.param("os._exit(3)", {}, Reason.NONZERO_EXIT, id="after-exit-3"),
-        pytest.param("time.sleep(1000)", {"wall_time_s": 5.0}, Reason.TIMEOUT, id="after-timeout"),
+        pytest.param("time.sleep(1000)", {"wall_time_s": 5.0}, Reason.TIMEOUT, id="after-timeout",
+                     marks=pytest.mark.slow),
     ],
 )
 async def test_a_dir_that_stays_is_cleanup_failed_unless_the_run_failed_first(

@@ -114,6 +114,7 @@ async def test_out_of_address_space_is_nonzero_exit_with_memory_error(
 # -- the caller cancels at random points ----------------------------------------
 
 
+@pytest.mark.slow
 async def test_cancel_at_random_points_leaves_nothing(
     runner: Runner, jail_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

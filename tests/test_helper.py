@@ -19,9 +19,9 @@ import pytest
 from conftest import child_pids
 from support import plan_for
 from trunner import Limits, Reason, Runner, RunnerError
-from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.jail import HostSupport
 from trunner.linux.backend import LinuxBackend, LinuxJail
+from trunner.linux.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.linux.plan import HelperPlan, PidsCgroup, Rlimit
 from trunner.linux.probe import probe_host
 from trunner.linux.profile import DEFAULT_PROFILE

@@ -234,6 +234,7 @@ async def test_cpu_spin_ends_by_the_cpu_limit(runner: Runner) -> None:
     assert trio.current_time() - start < 25
 
 
+@pytest.mark.slow
 async def test_run_longer_than_the_spawn_thread_idle_time_survives(runner: Runner) -> None:
     # trio retires idle worker threads after 10 s; a parent-death signal tied
     # to such a thread would kill this child for nothing.

@@ -103,7 +103,7 @@ def test_helper_imports_neither_ctypes_nor_os() -> None:
     """What the helper stage loads, as started (`python -I -S`)."""
     code = (
         f"import sys; sys.path.insert(0, {REPO!r})\n"
-        "import trunner.worker.main, trunner.helper, trunner.linux.kernel.mounts\n"
+        "import trunner.worker.main, trunner.linux.helper, trunner.linux.kernel.mounts\n"
         "print(' '.join(sorted(sys.modules)))\n"
     )
     loaded = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from support import plan_for
-from trunner import Limits, helper
+from trunner import Limits
 from trunner.jail import HostSupport, ProcessLimit
-from trunner.linux import seccomp
+from trunner.linux import helper, seccomp
 from trunner.linux.backend import LinuxBackend
 from trunner.linux.kernel import abi
 from trunner.linux.plan import (

@@ -92,6 +92,7 @@ async def test_frame_then_signal_is_killed_by_signal(runner: Runner, sig: int) -
     assert signal.Signals(sig).name in e.detail
 
 
+@pytest.mark.slow
 async def test_deadline_is_the_wall_time_on_the_trio_clock(
     runner: Runner, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -104,6 +105,7 @@ async def test_deadline_is_the_wall_time_on_the_trio_clock(
     assert trio.current_time() - start == pytest.approx(5.0, abs=0.5)
 
 
+@pytest.mark.slow
 async def test_deadline_sigkills_a_running_child_that_ignores_sigterm(runner: Runner) -> None:
     seen: list[int] = []
     ignoring: list[int] = []

@@ -14,7 +14,7 @@ from typing import Literal
 
 import pytest
 
-from trunner.helper import SANDBOX_SETUP_EXIT
+from trunner.linux.helper import SANDBOX_SETUP_EXIT
 from trunner.linux.kernel.install import WAITER
 
 # Forks a child that sleeps (the waiter's "pid 1"), writes LINE on a pipe,
@@ -142,7 +142,7 @@ async def test_the_helper_and_pid_1_exec_the_waiter_from_a_descriptor(runner: ob
     descriptor (execveat, AT_EMPTY_PATH: the kernel names it /dev/fd/N),
     never by a path the jail could have rebuilt meanwhile."""
     from trunner import Runner
-    from trunner.helper import WAITER_FD
+    from trunner.linux.helper import WAITER_FD
 
     assert isinstance(runner, Runner)
     from support import wait_until

@@ -412,7 +412,8 @@ def live_members(ns: str) -> list[int]:
     return [pid for pid in pid_namespace_members(ns) if is_alive(pid)]
 
 
-@pytest.mark.parametrize("ending", DESCENDANT_ENDINGS)
+@pytest.mark.parametrize("ending", [
+    pytest.param(e, marks=pytest.mark.slow) if e == "deadline" else e for e in DESCENDANT_ENDINGS])
 @pytest.mark.parametrize("kind", DESCENDANTS)
 async def test_descendants_are_dead_when_run_returns(
     runner: Runner, kind: str, ending: str

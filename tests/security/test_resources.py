@@ -109,6 +109,7 @@ async def test_disk_fill_by_a_program(runner: Runner) -> None:
 # The plain CPU spin is test_jail.py::test_cpu_spin_ends_by_the_cpu_limit.
 
 
+@pytest.mark.slow
 async def test_cpu_spin_ignoring_sigxcpu(runner: Runner) -> None:
     """CPU spin that ignores SIGXCPU: the hard limit SIGKILLs it."""
     limits = runner.limits.replace(cpu_time_s=1, wall_time_s=30)
@@ -121,6 +122,7 @@ async def test_cpu_spin_ignoring_sigxcpu(runner: Runner) -> None:
     assert e.signal == signal.SIGKILL
 
 
+@pytest.mark.slow
 async def test_cpu_spin_in_a_chain_of_children(runner: Runner) -> None:
     """CPU limit evasion by forking fresh spinners (RLIMIT_CPU is per process): the wall clock."""
     limits = runner.limits.replace(cpu_time_s=1, wall_time_s=4)

@@ -243,7 +243,7 @@ class LandlockPlan(_Item, frozen=True):
 
 
 class HelperPlan(_Item, frozen=True, kw_only=True):
-    """Everything one helper run applies, resolved. See `trunner.helper`;
+    """Everything one helper run applies, resolved. See `trunner.linux.helper`;
     the fields are `abi.PLAN_FIELDS`, in that order."""
 
     version: int = abi.PLAN_VERSION

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"usage: {WORKER_BINARY} MODE\n")
         return 2
     if argv[1] == "helper":
-        from trunner import helper
+        from trunner.linux import helper
 
         helper.main(argv[2:])
     from trunner.worker import adapters
