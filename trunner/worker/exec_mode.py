@@ -139,7 +139,8 @@ def _refuse_imports(event: str, args: tuple[object, ...]) -> None:
 
 def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
     """Start `argv` (searched on PATH) on three new pipes, as subprocess would
-    (SIGPIPE and SIGXFSZ back to default; every other fd is close-on-exec).
+    (SIGPIPE and SIGXFSZ back to default; every other fd is close-on-exec),
+    in a session and process group of its own.
     Returns the pid and our ends: stdin, stdout, stderr."""
     in_r, in_w = posix.pipe()
     out_r, out_w = posix.pipe()
@@ -150,6 +151,7 @@ def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
             file_actions=[(posix.POSIX_SPAWN_DUP2, in_r, 0), (posix.POSIX_SPAWN_DUP2, out_w, 1),
                           (posix.POSIX_SPAWN_DUP2, err_w, 2)],
             setsigdef=(SIGPIPE, SIGXFSZ),
+            setsid=True,  # its own session and group: its `kill 0` cannot reach us
         )
     except BaseException:
         for fd in (in_w, out_r, err_r):
@@ -159,6 +161,15 @@ def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
         for fd in (in_r, out_w, err_w):
             posix.close(fd)
     return pid, in_w, out_r, err_r
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the program's group (it leads it); the rest of the run's
+    tree ends with pid 1, whatever groups it made."""
+    try:
+        posix.killpg(pid, SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _pump(pid: int, stdin: bytes, stdin_w: int, caps: dict[int, int],
@@ -200,7 +211,7 @@ def _pump(pid: int, stdin: bytes, stdin_w: int, caps: dict[int, int],
                     continue
                 buf += chunk
                 if len(buf) > caps[fd]:
-                    posix.kill(pid, SIGKILL)
+                    _kill_group(pid)
                     crossed = True
                     break
     finally:
