@@ -26,7 +26,8 @@ async def test_the_program_leads_its_own_session_and_group(runner: Runner) -> No
 
 async def test_kill_term_0_from_a_shell_that_ignores_it_leaves_the_run_ok(runner: Runner) -> None:
     # Before: the signal reached the adapter too, and the run ended killed_by_signal.
-    done = (await runner.exec(["/bin/sh", "-c", "trap '' TERM; kill -TERM 0; echo survived"])).response
+    script = "trap '' TERM; kill -TERM 0; echo survived"
+    done = (await runner.exec(["/bin/sh", "-c", script])).response
     assert (done.exit_code, done.stdout, done.stderr) == (0, b"survived\n", b"")
 
 

@@ -166,7 +166,7 @@ def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
 def _kill_group(pid: int) -> None:
     """SIGKILL the program's group (it leads it); the rest of the run's
     tree ends with pid 1, whatever groups it made."""
-    try:
+    try:  # noqa: SIM105  (contextlib would be one more import in the adapter)
         posix.killpg(pid, SIGKILL)
     except ProcessLookupError:
         pass
