@@ -25,7 +25,7 @@ from trunner.rules import effective_rules_version
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids cgroup, no import paths).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "59627254527d992ee71af736f50b018d97412c53c03f094f57820c82616d894c"
+GOLDEN_DEFAULT = "35471a482f433b0d046df0f1c9cbc8225d6bb88c5e432b8518533ca982c02720"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:
@@ -40,6 +40,32 @@ def test_same_inputs_same_version_in_two_processes() -> None:
     )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert other.stdout.decode().strip() == version()
+
+
+@pytest.mark.parametrize("parent", ["/tmp", "/var/tmp"])  # before and after /usr
+def test_a_checkout_elsewhere_has_the_same_version(parent: str) -> None:
+    # The package's path sorts among the system dirs differently in each
+    # place; the version must not follow it (it did: Landlock's path rules).
+    import shutil
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(dir=parent))
+    try:
+        shutil.copytree(Path(__file__).resolve().parent.parent / "trunner", where / "trunner",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        code = (
+            "import sys; sys.path.insert(0, sys.argv[1]); import trunner;"
+            "assert trunner.__file__.startswith(sys.argv[1]), trunner.__file__;"
+            "from trunner.linux.backend import LinuxBackend; from trunner.limits import Limits;"
+            "from trunner.rules import effective_rules_version as v;"
+            "print(v(LinuxBackend('trunner-worker'), Limits()))"
+        )
+        other = subprocess.run([sys.executable, "-c", code, str(where)], capture_output=True,
+                               timeout=60)
+        assert other.returncode == 0, other.stderr
+        assert other.stdout.decode().strip() == version()
+    finally:
+        shutil.rmtree(where)
 
 
 def test_golden_default_version() -> None:

@@ -595,8 +595,8 @@ def hashed_plan(data: dict[str, Any], host: HostPaths, env: dict[str, str]) -> d
     host uid and gid) and install locations (the interpreter's prefixes,
     trunner's dir; the longest first) replaced by placeholders, so that any
     clone of the same rules, and any two concurrent runs, have the same
-    version; the root's ops sorted (their order follows where the install
-    lives). `env` is the jail's environment, hashed beside the plan."""
+    version; the root's ops and the Landlock path rules sorted (their order
+    follows where the install lives). `env` is the jail's environment, hashed beside the plan."""
     names = {host.trunner_dir: TRUNNER_PATH, **dict.fromkeys(host.python, PYTHON_PATHS)}
     prefixes = sorted(names, key=len, reverse=True)
 
@@ -613,7 +613,10 @@ def hashed_plan(data: dict[str, Any], host: HostPaths, env: dict[str, str]) -> d
         return value
 
     out: dict[str, Any] = name(data)  # type: ignore[assignment]
-    out["root_ops"] = sorted(out["root_ops"], key=msgspec.msgpack.Encoder(order="sorted").encode)
+    # Their order follows where the install lives; a ruleset is a set.
+    by_value = msgspec.msgpack.Encoder(order="sorted").encode
+    out["root_ops"] = sorted(out["root_ops"], key=by_value)
+    out["landlock"]["paths"] = sorted(out["landlock"]["paths"], key=by_value)
     if out["process_limit"]["kind"] == "pids_cgroup":
         out["process_limit"]["cgroup"] = CGROUP
     if out["memory"]["kind"] == "memory_cgroup":
