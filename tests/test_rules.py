@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import platform
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +48,6 @@ def test_same_inputs_same_version_in_two_processes() -> None:
 def test_a_checkout_elsewhere_has_the_same_version(parent: str) -> None:
     # The package's path sorts among the system dirs differently in each
     # place; the version must not follow it (it did: Landlock's path rules).
-    import shutil
-    import tempfile
-
     where = Path(tempfile.mkdtemp(dir=parent))
     try:
         shutil.copytree(Path(__file__).resolve().parent.parent / "trunner", where / "trunner",
