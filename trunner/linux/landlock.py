@@ -102,8 +102,8 @@ FEATURES: tuple[Feature, ...] = (
             "the network namespace (only a loopback that is down) and seccomp (no AF_INET"
             " sockets); the provider profile, which shares the host network, refuses to run"),
     Feature("ioctl_dev", 5, "ioctl() on character and block devices",
-            "the minimal /dev (null, zero, full, random, urandom, tty; Landlock grants tty"
-            " nothing) and seccomp's ioctl allow-list"),
+            "the minimal /dev (null, zero, full, random, urandom, the run's own ptys and"
+            " tty) and seccomp's ioctl allow-list"),
     Feature("scope_abstract_unix_socket", 6,
             "connect to abstract unix sockets only within the jail",
             "the network namespace (abstract names are per network namespace); the provider"
