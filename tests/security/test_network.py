@@ -91,15 +91,15 @@ async def test_ipv6_tcp_to_test_listener(runner: Runner) -> None:
     [
         ("AF_INET", "SOCK_RAW", "socket.IPPROTO_ICMP"),  # raw IP: spoofing, ping sweeps
         ("AF_PACKET", "SOCK_RAW", "0x0300"),  # packet socket: CVE-2017-7308/CVE-2020-14386 class
-        ("AF_NETLINK", "SOCK_RAW", "0"),  # netlink route: CVE-2022-1015 nf_tables class
         ("AF_VSOCK", "SOCK_STREAM", "0"),  # vsock to the hypervisor host
     ],
 )
 async def test_raw_packet_netlink_vsock_sockets(
     runner: Runner, family: str, kind: str, proto: str
 ) -> None:
-    """Raw / packet / netlink / vsock sockets (kernel attack surface reached by socket
-    families): EAFNOSUPPORT from the filter, no descriptor."""
+    """Raw / packet / vsock sockets (kernel attack surface reached by socket
+    families): EAFNOSUPPORT from the filter, no descriptor. (Netlink: route and
+    sock_diag only, test_new_calls.py.)"""
     result = await run_code(runner, f"""
         import socket
         fds = os.listdir("/proc/self/fd")

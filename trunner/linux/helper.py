@@ -99,7 +99,7 @@ def main(argv: "list[str]") -> "NoReturn":
             ("pid_namespace", _enter_pid_namespace, plan.seccomp_bpf, plan.landlock,
              adapter),
             # In pid 2:
-            # 12. the jail's own /proc over the host's, masked; hostname; cwd.
+            # 12. the jail's own /proc over the host's, masked; its devpts; hostname; cwd.
             ("proc", _enter_jail, plan.proc_ops, plan.hostname, plan.workdir),
             # 13. capabilities dropped, inside every namespace.
             ("capabilities", _drop_capabilities),
@@ -419,7 +419,7 @@ def _unshare(flags: int, uid: int, gid: int, inside: "int | None" = None) -> Non
     install.map_ids(uid, gid, inside)
 
 
-def _enter_jail(proc_ops: "list[dict[str, str]]", hostname: str, workdir: str) -> None:
+def _enter_jail(proc_ops: "list[dict[str, Any]]", hostname: str, workdir: str) -> None:
     from trunner.linux.kernel import mounts
 
     mounts.enter_jail(proc_ops, hostname, workdir)

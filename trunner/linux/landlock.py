@@ -102,8 +102,8 @@ FEATURES: tuple[Feature, ...] = (
             "the network namespace (only a loopback that is down) and seccomp (no AF_INET"
             " sockets); the provider profile, which shares the host network, refuses to run"),
     Feature("ioctl_dev", 5, "ioctl() on character and block devices",
-            "the minimal /dev (null, zero, full, random, urandom, tty; Landlock grants tty"
-            " nothing) and seccomp's ioctl allow-list"),
+            "the minimal /dev (null, zero, full, random, urandom, the run's own ptys and"
+            " tty) and seccomp's ioctl allow-list"),
     Feature("scope_abstract_unix_socket", 6,
             "connect to abstract unix sockets only within the jail",
             "the network namespace (abstract names are per network namespace); the provider"
@@ -205,6 +205,12 @@ def rw_access(abi: int) -> int:
     )
 
 
+def tty_access(abi: int) -> int:
+    """Read, write, list and (ABI 5) device ioctls: the jail's own ptys, whose
+    requests seccomp's ioctl list bounds."""
+    return (ro_access(abi) | ACCESS_FS_WRITE_FILE | ACCESS_FS_IOCTL_DEV) & fs_access_for_abi(abi)
+
+
 def path_rule_access(access: int, *, is_dir: bool) -> int:
     """The part of `access` the kernel accepts on a path rule: all of it beneath a
     directory, only ACCESS_FS_FILE bits on a file (others give EINVAL)."""
@@ -255,6 +261,7 @@ def plan_ruleset(
     read_only: Iterable[str],
     read_write: Iterable[str],
     list_only: Iterable[str] = (),
+    ttys: Iterable[str] = (),
     connect_tcp_ports: Iterable[int] = (),
     host_network: bool = False,
 ) -> LandlockRuleset:
@@ -266,6 +273,8 @@ def plan_ruleset(
     lacks is covered by another layer (FEATURES).  Paths are kept as given (the caller
     resolves them); a path listed in several groups gets the union of rights.
     `list_only` dirs may be listed (READ_DIR, inherited below), nothing more.
+    `ttys` (the jail's own ptys) may be read, written and listed, with device
+    ioctls (`tty_access`).
     From ABI 4 on, TCP bind() and connect() are handled: bind is always denied, connect
     only allowed to `connect_tcp_ports`.  Below ABI 4 Landlock does not see the network
     and `connect_tcp_ports` is dropped (the jail's network namespace holds).  From ABI 6
@@ -288,6 +297,7 @@ def plan_ruleset(
         (read_only, ro_access(abi)),
         (read_write, rw_access(abi)),
         (list_only, ACCESS_FS_READ_DIR),
+        (ttys, tty_access(abi)),
     ):
         if isinstance(group, str):
             raise ValueError(f"expected an iterable of paths, got the str {group!r}")

@@ -67,6 +67,12 @@ ETC_FILES: Final = (
 )
 #: Device nodes bound from the host's /dev (bubblewrap's `--dev` list).
 DEV_NODES: Final = ("full", "null", "random", "tty", "urandom", "zero")
+#: The jail's own devpts instance, and /dev/ptmx a link into it.
+PTS_DIR: Final = "/dev/pts"
+#: Ptys one run may hold at once (devpts `max`): the host-wide kernel.pty.max
+#: (4096 by default; kernel.pty.reserve of them kept for the host's own
+#: instance) is shared by every instance, so a run takes at most this many.
+PTY_MAX: Final = 64
 #: /proc entries made read-only (runc's readonlyPaths).
 PROC_READ_ONLY: Final = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 #: /proc entries hidden (runc's maskedPaths, plus the host's boot command line
@@ -198,7 +204,19 @@ class ReadOnly(_Item, frozen=True, tag="read_only", tag_field="op"):
     path: str
 
 
-ProcOp = Mask | ReadOnly
+class Devpts(_Item, frozen=True, tag="devpts", tag_field="op"):
+    """A private devpts instance on `path`, mounted by pid 2 in the jail's own
+    user namespace: its ptys are the run's alone, none of the host's is in it.
+    `ptmx_mode` is its ptmx's mode, `mode` each new pty's, `max` how many
+    ptys the run may hold at once."""
+
+    path: str
+    ptmx_mode: int
+    mode: int
+    max: int
+
+
+ProcOp = Mask | ReadOnly | Devpts
 
 
 class ScratchSize(_Item, frozen=True):
@@ -271,7 +289,7 @@ class HelperPlan(_Item, frozen=True, kw_only=True):
     jail_id: int
     #: The jail's root, built by `trunner.linux.kernel.mounts.build_root`.
     root_ops: tuple[RootOp, ...]
-    #: What pid 2 does to its fresh /proc.
+    #: What pid 2 does to its fresh /proc, and its devpts.
     proc_ops: tuple[ProcOp, ...]
     #: The run's scratch tmpfs; holds WORKDIR, /tmp, /dev/shm.
     scratch: ScratchSize
@@ -445,6 +463,7 @@ def root_ops(binds: Sequence[str], host: HostPaths) -> tuple[RootOp, ...]:
     ]
     ops += [Bind(source=f"/dev/{name}", path=f"/dev/{name}",
                  flags=abi.BIND_WRITABLE | abi.BIND_DEVICE) for name in DEV_NODES]
+    ops += [Dir(path=PTS_DIR, mode=0o755), Symlink(target="pts/ptmx", path="/dev/ptmx")]
     ops.append(Symlink(target="/proc/self/fd", path="/dev/fd"))
     ops += [Symlink(target=f"/proc/self/fd/{fd}", path=f"/dev/{name}")
             for fd, name in enumerate(("stdin", "stdout", "stderr"))]
@@ -452,9 +471,12 @@ def root_ops(binds: Sequence[str], host: HostPaths) -> tuple[RootOp, ...]:
     return tuple(ops)
 
 
-#: What pid 2 does to the jail's fresh /proc.
+#: What pid 2 does to the jail's fresh /proc, then its own devpts (ptmx 0666,
+#: as containers have it: any jailed process may open a pty; each pty 0620).
 PROC_OPS: Final[tuple[ProcOp, ...]] = (*(ReadOnly(path=path) for path in PROC_READ_ONLY),
-                                       *(Mask(path=path) for path in PROC_MASKED))
+                                       *(Mask(path=path) for path in PROC_MASKED),
+                                       Devpts(path=PTS_DIR, ptmx_mode=0o666, mode=0o620,
+                                              max=PTY_MAX))
 
 
 def plan_jail(
@@ -536,6 +558,9 @@ def plan_jail(
         # The jail's root is its own (binds and built dirs): listing any dir
         # in it shows names only, as `ls /` in bubblewrap does.
         list_only=["/"],
+        # The run's own ptys, and /dev/tty (the controlling one, which can only be one
+        # of them): read, write and ioctl (seccomp's list bounds the requests).
+        ttys=[PTS_DIR, "/dev/tty"],
         connect_tcp_ports=profile.tcp_connect_ports,
         host_network="net" not in profile.namespaces,
     )

@@ -228,9 +228,17 @@ def _read_only(target: str) -> None:
     mount("", target, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
-def enter_jail(proc_ops: "list[dict[str, str]]", hostname: str, workdir: str) -> None:
+def _devpts(target: str, item: "dict[str, Any]") -> None:
+    """A new devpts instance on `target`, of the user namespace pid 2 is in
+    (the jail's): its ptys are the run's own. Device nodes, so not nodev."""
+    options = (f"newinstance,ptmxmode={item['ptmx_mode']:04o},mode={item['mode']:04o},"
+               f"max={item['max']}")
+    mount("devpts", target, "devpts", MS_NOSUID | MS_NOEXEC, options)
+
+
+def enter_jail(proc_ops: "list[dict[str, Any]]", hostname: str, workdir: str) -> None:
     """In pid 2: the jail's own /proc over the host's, `proc_ops` ("mask" or
-    "read_only" a path), the hostname, the working dir."""
+    "read_only" a path, "devpts" a pty instance), the hostname, the working dir."""
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for item in proc_ops:
         op, target = item["op"], item["path"]
@@ -238,6 +246,8 @@ def enter_jail(proc_ops: "list[dict[str, str]]", hostname: str, workdir: str) ->
             _mask(target)
         elif op == "read_only":
             _read_only(target)
+        elif op == "devpts":
+            _devpts(target, item)
         else:
             raise OSError(22, f"unknown /proc operation {op!r}", "proc")
     name = _path(hostname)

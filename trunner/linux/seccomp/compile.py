@@ -19,9 +19,11 @@ from trunner.linux.seccomp.policy import (
     _U32,
     AF_INET,
     AF_INET6,
+    AF_NETLINK,
     AF_UNIX,
     DEFAULT_POLICY,
     INET_PROTOCOLS,
+    S_IFMT,
     SOCK_STREAM,
     SeccompPolicy,
 )
@@ -140,7 +142,7 @@ def _low32_complement(denied: Iterable[int]) -> list[tuple[int, int]]:
 def _check_groups(policy: SeccompPolicy) -> None:
     """A name in two groups of the policy is an error: which rule wins would be
     libseccomp's choice, not the policy's."""
-    conditional = ["clone", "fcntl", "ioctl", "sendmsg", "sendto"]
+    conditional = ["clone", "fcntl", "ioctl", "mknod", "mknodat", "sendmmsg", "sendmsg", "sendto"]
     if policy.unix_only_socket:
         conditional += ["socket", "socketpair"]
     groups = {
@@ -158,12 +160,13 @@ def _check_groups(policy: SeccompPolicy) -> None:
             seen[name] = group
 
 
-def _socket_rules(name: str, families: tuple[int, ...], protocols: tuple[int, ...]) -> list[Rule]:
+def _socket_rules(name: str, families: tuple[int, ...], protocols: tuple[int, ...],
+                  others: tuple[int, ...] = ()) -> list[Rule]:
     # Disjoint rules: a family not listed -> EAFNOSUPPORT; a listed family of a type
     # other than stream -> ESOCKTNOSUPPORT (a datagram socket could sendto() a host
     # socket by path without connect()); stream with a protocol not listed (if any
     # are) -> EPROTONOSUPPORT. The kernel reads the domain and protocol as ints:
-    # compare only the low 32 bits.
+    # compare only the low 32 bits. `others`: families whose rules are made apart.
     out: list[Rule] = []
     for family in families:
         fam = Arg(0, _U32, family)
@@ -176,9 +179,26 @@ def _socket_rules(name: str, families: tuple[int, ...], protocols: tuple[int, ..
                     for mask, value in _low32_complement(protocols)]
         for mask, value in _complement((SOCK_STREAM,), _SOCK_TYPE_MASK):
             out.append(Rule(ERRNO(errno.ESOCKTNOSUPPORT), name, (fam, Arg(1, mask, value))))
-    for mask, value in _low32_complement(families):
+    for mask, value in _low32_complement((*families, *others)):
         out.append(Rule(ERRNO(errno.EAFNOSUPPORT), name, (Arg(0, mask, value),)))
     return out
+
+
+def _netlink_rules(protocols: tuple[int, ...]) -> list[Rule]:
+    # socket(AF_NETLINK, any type, protocol): a listed protocol, or EPROTONOSUPPORT
+    # (the kernel's own answer for a type netlink lacks stays its own).
+    fam = Arg(0, _U32, AF_NETLINK)
+    out = [Rule(ALLOW, "socket", (fam, Arg(2, _U32, p))) for p in protocols]
+    out += [Rule(ERRNO(errno.EPROTONOSUPPORT), "socket", (fam, Arg(2, mask, value)))
+            for mask, value in _low32_complement(protocols)]
+    return out
+
+
+def _mknod_rules(name: str, arg: int, types: tuple[int, ...]) -> list[Rule]:
+    # The file type is the 4 bits of S_IFMT in the mode: one disjoint rule for each of
+    # the 16 values, allowed or EPERM (device nodes).
+    return [Rule(ALLOW if t << 12 in types else EPERM, name, (Arg(arg, S_IFMT, t << 12),))
+            for t in range(16)]
 
 
 def _flag_rules(name: str, arg: int, denied: int, action: Action) -> list[Rule]:
@@ -211,16 +231,24 @@ def policy_rules(policy: SeccompPolicy) -> list[Rule]:
     out += [Rule(EPERM, name) for name in sorted(policy.errno_eperm)]
     if policy.unix_only_socket:
         out += _socket_rules("socketpair", (AF_UNIX,), ())
+        netlink = (AF_NETLINK,) if policy.netlink_protocols else ()
         if policy.inet_socket:
-            out += _socket_rules("socket", (AF_INET, AF_INET6), INET_PROTOCOLS)
+            out += _socket_rules("socket", (AF_INET, AF_INET6), INET_PROTOCOLS, netlink)
         else:
-            out += _socket_rules("socket", (AF_UNIX,), ())
+            out += _socket_rules("socket", (AF_UNIX,), (), netlink)
+        if netlink:
+            out += _netlink_rules(policy.netlink_protocols)
     for name in sorted(policy.self_only):  # pid argument 0: the caller itself
         out += _value_rules(name, 0, {0: ALLOW}, EPERM)
     out += _flag_rules("clone", 0, policy.clone_denied_flags, EPERM)
     # sendmsg(fd, msg, flags), sendto(fd, buf, len, flags, addr, addrlen)
     out += _flag_rules("sendmsg", 2, policy.send_flags_denied, ERRNO(errno.EOPNOTSUPP))
     out += _flag_rules("sendto", 3, policy.send_flags_denied, ERRNO(errno.EOPNOTSUPP))
+    # sendmmsg(fd, msgvec, vlen, flags): the kernel sends every message with `flags`
+    out += _flag_rules("sendmmsg", 3, policy.send_flags_denied, ERRNO(errno.EOPNOTSUPP))
+    # mknod(path, mode, dev), mknodat(dirfd, path, mode, dev)
+    out += _mknod_rules("mknod", 1, policy.mknod_types)
+    out += _mknod_rules("mknodat", 2, policy.mknod_types)
     out += _value_rules("fcntl", 1, dict.fromkeys(policy.fcntl_eperm, EPERM), ALLOW)
     ioctl = {**dict.fromkeys(policy.ioctl_eperm, EPERM),
              **dict.fromkeys(policy.ioctl_allowed, ALLOW)}

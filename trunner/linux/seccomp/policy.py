@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AF_INET",
     "AF_INET6",
+    "AF_NETLINK",
+    "AF_PACKET",
     "AF_UNIX",
     "ALLOWED_SYSCALLS",
     "CLONE_NEWCGROUP",
@@ -49,17 +51,21 @@ __all__ = [
     "CLONE_NEWUTS",
     "CLONE_PARENT",
     "DEFAULT_POLICY",
+    "DENIED_AS_DOCKER_ALLOWS",
     "ERRNO_EPERM",
     "F_NOTIFY",
     "F_SETLEASE",
     "INET_PROTOCOLS",
     "IOCTL_ALLOWED",
     "IPPROTO_TCP",
+    "MKNOD_TYPES",
     "MSG_FASTOPEN",
     "NAMESPACE_FLAGS",
+    "NETLINK_PROTOCOLS",
     "SELF_ONLY",
     "SERVER_SYSCALLS",
     "SOCK_STREAM",
+    "S_IFMT",
     "TIOCLINUX",
     "TIOCSTI",
     "SeccompPolicy",
@@ -100,19 +106,75 @@ TIOCSTI = 0x5412  # push bytes into a terminal's input queue: classic sandbox es
 TIOCLINUX = 0x541C  # virtual-console ioctls, incl. selection paste (same class of escape)
 
 # The ioctl requests ordinary programs make (CPython, sh, coreutils, git, tar, gcc under
-# strace: only the first three, on pipes). No tty is reachable in the jail, so the tty
-# queries answer ENOTTY from the kernel; FIO* act on the caller's own descriptor.
+# strace: only the first three, on pipes); FIO* act on the caller's own descriptor.
+# The only ttys in the jail are the ptys of its own devpts instance (and /dev/tty, their
+# controlling one), so the terminal requests reach the run's own ptys alone: pty.openpty(),
+# script, stty, a shell's job control (strace of script, CPython's pty and tty modules).
+# Not here, so ENOTTY: TIOCSETD (line disciplines: n_gsm and n_hdlc are CVE classes),
+# modem and serial lines, TIOCCONS, TIOCVHANGUP and the locked termios (CAP_SYS_ADMIN).
 # (TIOCSTI and TIOCLINUX fail EPERM, what a kernel with legacy_tiocsti off says.)
 IOCTL_ALLOWED = (
     0x5401,  # TCGETS: isatty(), tcgetattr()
+    0x5402,  # TCSETS: tcsetattr(TCSANOW), tty.setraw()
+    0x5403,  # TCSETSW: tcsetattr(TCSADRAIN)
+    0x5404,  # TCSETSF: tcsetattr(TCSAFLUSH)
+    0x5405,  # TCGETA (termio)
+    0x5406,  # TCSETA
+    0x5407,  # TCSETAW
+    0x5408,  # TCSETAF
+    0x5409,  # TCSBRK: tcdrain(), tcsendbreak()
+    0x540A,  # TCXONC: tcflow()
+    0x540B,  # TCFLSH: tcflush()
+    0x540C,  # TIOCEXCL
+    0x540D,  # TIOCNXCL
+    0x540E,  # TIOCSCTTY: a session leader takes its pty as controlling terminal
     0x540F,  # TIOCGPGRP: sh, tcgetpgrp()
+    0x5410,  # TIOCSPGRP: tcsetpgrp(), job control
+    0x5411,  # TIOCOUTQ
     0x5413,  # TIOCGWINSZ: ls, os.get_terminal_size()
+    0x5414,  # TIOCSWINSZ: script, a terminal emulator
     0x541B,  # FIONREAD
+    0x5420,  # TIOCPKT: packet mode on a pty master
     0x5421,  # FIONBIO: socket.setblocking(), Node
+    0x5422,  # TIOCNOTTY: give the controlling terminal up
+    0x5424,  # TIOCGETD: read the line discipline (setting it stays denied)
+    0x5425,  # TCSBRKP
+    0x5429,  # TIOCGSID: tcgetsid()
+    0x5441,  # TIOCGPTPEER: open a pty master's peer (glibc openpty)
     0x5450,  # FIONCLEX
     0x5451,  # FIOCLEX
+    0x80045430,  # TIOCGPTN: ptsname()
+    0x40045431,  # TIOCSPTLCK: unlockpt()
+    0x80045432,  # TIOCGDEV
+    0x40045436,  # TIOCSIG: a pty master signals its foreground group
+    0x80045438,  # TIOCGPKT
+    0x80045439,  # TIOCGPTLCK
+    0x80045440,  # TIOCGEXCL
     0x802C542A,  # TCGETS2: tcgetattr() in glibc >= 2.42
+    0x402C542B,  # TCSETS2
+    0x402C542C,  # TCSETSW2
+    0x402C542D,  # TCSETSF2
 )
+
+# mknod()/mknodat() may make what any unprivileged caller may (the file type, mode &
+# S_IFMT): a FIFO (mkfifo), a unix socket's node, a regular file. Device nodes fail EPERM,
+# as the kernel answers without CAP_MKNOD (and Landlock grants MAKE_CHAR/MAKE_BLOCK nowhere).
+S_IFMT = 0o170000
+MKNOD_TYPES = (0, 0o010000, 0o100000, 0o140000)  # (0 = regular), S_IFIFO, S_IFREG, S_IFSOCK
+
+# Netlink in the run's own network namespace (default profile): the route family (an
+# interface list, getifaddrs(), glibc's AI_ADDRCONFIG, `ip`) and socket diagnostics
+# (`ss`). Changing anything needs CAP_NET_ADMIN over the namespace, which no jailed
+# process has. Every other protocol (generic netlink's many families, netfilter, xfrm,
+# audit, uevents) fails EPROTONOSUPPORT: kernel surface nothing ordinary needs.
+AF_NETLINK = 16
+NETLINK_ROUTE = 0
+NETLINK_SOCK_DIAG = 4
+NETLINK_PROTOCOLS = (NETLINK_ROUTE, NETLINK_SOCK_DIAG)
+# AF_PACKET (17) stays EAFNOSUPPORT: creating one needs CAP_NET_RAW over the network
+# namespace, which no jailed process has (the kernel says EPERM), and its code is a CVE
+# class (CVE-2017-7308, CVE-2020-14386); the run's namespace holds only a loopback anyway.
+AF_PACKET = 17
 
 # A lease makes every other opener of the file (any host process, any uid) wait for the
 # holder, up to lease-break-time (45 s). Locks stay: advisory, and they die with the run.
@@ -132,21 +194,24 @@ _U32 = 0xFFFFFFFF
 # threads, trio, subprocess, fork, sockets, tempfile), a battery of /bin/sh + coreutils
 # commands, and make + cc, git, tar, ps, timeout, setsid, getent and `python -m venv` under
 # ``strace -f``, then adding the obvious siblings named in the comments.
-# socket/socketpair, clone, ioctl, fcntl, sendto, sendmsg and prlimit64 are allowed only
-# with argument checks (see SeccompPolicy);
+# socket/socketpair, clone, ioctl, fcntl, sendto, sendmsg, sendmmsg, mknod, mknodat and
+# prlimit64 are allowed only with argument checks (see SeccompPolicy);
 # clone3 fails with ENOSYS so that glibc falls back to clone, whose flags we can inspect.
 ALLOWED_SYSCALLS: tuple[str, ...] = (
     "accept",  # AF_UNIX servers (default profile only: see provider_policy)
     "accept4",
     "access",
+    "adjtimex",  # query only: any change needs CAP_SYS_TIME in the host's user namespace
     "alarm",  # signal.alarm(); getitimer/setitimer likewise
     "arch_prctl",  # TLS setup by ld.so
     "bind",  # AF_UNIX names in the run's own network namespace (default profile only)
     "brk",
     "capget",  # read-only: libcap, ps
+    "capset",  # within the permitted set only, which is empty: drops nothing it had
     "chdir",
     "chmod",  # the scratch is the jail's own; binds of host files are read-only (EROFS)
     "chown",  # only to ids the jail holds (no capabilities)
+    "clock_adjtime",  # like adjtimex: the kernel refuses a change (EPERM)
     "clock_getres",
     "clock_gettime",  # vDSO fallback; CPU-time clocks are real syscalls
     "clock_nanosleep",
@@ -160,8 +225,12 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "epoll_create",
     "epoll_create1",
     "epoll_ctl",
+    "epoll_ctl_old",
     "epoll_pwait",
+    "epoll_pwait2",
     "epoll_wait",
+    "epoll_wait_old",
+    "eventfd",
     "eventfd2",
     "execve",
     "execveat",  # the helper and pid 1 exec trunner-waiter from a descriptor; no more than execve
@@ -170,6 +239,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "faccessat",
     "faccessat2",
     "fadvise64",  # cat, sort
+    "fallocate",  # posix_fallocate; bounded by the scratch size and RLIMIT_FSIZE
     "fchdir",  # find
     "fchmod",
     "fchmodat",
@@ -180,6 +250,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "fgetxattr",
     "flistxattr",
     "flock",
+    "fork",  # as clone() without flags
     "fremovexattr",
     "fsetxattr",
     "fstat",
@@ -187,10 +258,17 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "fsync",
     "ftruncate",
     "futex",
+    "futex_requeue",
+    "futex_wait",
+    "futex_waitv",  # Wine, Proton
+    "futex_wake",
     "futimesat",
     "get_mempolicy",  # ps, libnuma: the calling process's own NUMA policy
+    "get_robust_list",  # ptrace-checked: the jail's own tasks only
+    "get_thread_area",
     "getcpu",
     "getcwd",
+    "getdents",
     "getdents64",
     "getegid",
     "geteuid",
@@ -206,6 +284,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "getrandom",
     "getresgid",
     "getresuid",
+    "getrlimit",
     "getrusage",
     "getsid",
     "getsockname",
@@ -214,7 +293,12 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "gettimeofday",
     "getuid",
     "getxattr",  # ls probes POSIX ACLs; shutil.copystat reads xattrs
+    "ioprio_get",
+    "ioprio_set",  # the jail's own tasks (PID namespace); the realtime class needs CAP_SYS_ADMIN
     "kill",  # Landlock's signal scope (ABI 6) bounds who can be signalled
+    "landlock_add_rule",
+    "landlock_create_ruleset",  # a program may confine itself further: domains only stack
+    "landlock_restrict_self",
     "lchown",
     "lgetxattr",
     "link",
@@ -227,10 +311,18 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "lsetxattr",
     "lstat",
     "madvise",
+    "map_shadow_stack",
+    "membarrier",
+    "memfd_create",  # exec from the working dir is allowed anyway: a memfd adds no payload
+    "memfd_secret",  # locked pages: RLIMIT_MEMLOCK and the memory cgroup bound them
     "mincore",  # grep
     "mkdir",
     "mkdirat",
+    "mlock",  # RLIMIT_MEMLOCK (the caller's, inherited) and the memory cgroup bound mlock*
+    "mlock2",
+    "mlockall",
     "mmap",
+    "modify_ldt",
     "mprotect",
     "mq_getsetattr",
     "mq_notify",
@@ -244,26 +336,46 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "msgrcv",
     "msgsnd",
     "msync",
+    "munlock",
+    "munlockall",
     "munmap",
+    "name_to_handle_at",  # a handle is only a name: open_by_handle_at stays EPERM
     "nanosleep",
     "newfstatat",
     "open",
     "openat",
+    "openat2",
+    "pause",  # signal.pause(); without it CPython's itimer tests return at once
     "pidfd_open",  # os.pidfd_open, trio's process waiting
+    "pidfd_send_signal",  # as kill(): Landlock's signal scope and the PID namespace
     "pipe",
     "pipe2",
+    "pkey_alloc",
+    "pkey_free",
+    "pkey_mprotect",
     "poll",
     "ppoll",
     "prctl",  # PR_SET_NAME from trio's thread cache; nothing reachable needs privileges
     "pread64",
+    "preadv",
+    "preadv2",
+    "process_mrelease",
+    "process_vm_readv",  # the ptrace access check, as ptrace
+    "process_vm_writev",
     "pselect6",
+    "ptrace",  # debuggers, strace: same uid, PID namespace, Landlock scope, non-dumpable adapter
     "pwrite64",
+    "pwritev",
+    "pwritev2",
     "read",
+    "readahead",
     "readlink",
     "readlinkat",
     "readv",
     "recvfrom",
+    "recvmmsg",
     "recvmsg",
+    "remap_file_pages",
     "removexattr",
     "rename",
     "renameat",
@@ -272,9 +384,13 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "rmdir",
     "rseq",  # registered by glibc >= 2.35 at startup and for every thread
     "rt_sigaction",
+    "rt_sigpending",  # signal.sigpending()
     "rt_sigprocmask",
+    "rt_sigqueueinfo",  # as kill()
     "rt_sigreturn",
     "rt_sigsuspend",  # sh's wait
+    "rt_sigtimedwait",  # sigwait, sigtimedwait, sigwaitinfo
+    "rt_tgsigqueueinfo",
     "sched_get_priority_max",
     "sched_get_priority_min",
     "sched_getaffinity",  # nproc, os.sched_getaffinity; glibc probes of other threads
@@ -282,7 +398,12 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "sched_getparam",
     "sched_getscheduler",
     "sched_rr_get_interval",
+    "sched_setaffinity",  # taskset; the PID namespace: the jail's own tasks only
+    "sched_setattr",  # a realtime policy or a raised priority needs CAP_SYS_NICE
+    "sched_setparam",
+    "sched_setscheduler",
     "sched_yield",
+    "seccomp",  # filters only stack: the strictest answer of all wins
     "select",
     "semctl",
     "semget",
@@ -291,6 +412,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "sendfile",  # shutil.copyfile fast path
     "set_mempolicy",  # ps probes it; only the caller's own allocations
     "set_robust_list",  # glibc, every thread
+    "set_thread_area",
     "set_tid_address",  # glibc startup
     "setfsgid",
     "setfsuid",
@@ -298,10 +420,12 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "setgroups",  # no CAP_SETGID in the jail: EPERM from the kernel
     "setitimer",
     "setpgid",  # make, sh job control, subprocess process_group
+    "setpriority",  # nice; PRIO_USER too reaches only tasks the PID namespace shows
     "setregid",
     "setresgid",
     "setresuid",  # make, git (drop-privilege idioms to the current ids)
     "setreuid",
+    "setrlimit",  # the caller's own limits; raising past the hard limit needs a capability
     "setsid",  # the PID namespace holds the whole tree, whatever its sessions
     "setsockopt",
     "setuid",  # the setuid family reaches only ids already held (no CAP_SETUID)
@@ -312,19 +436,31 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "shmget",  # SysV IPC: the jail's own IPC namespace, gone with the run
     "shutdown",
     "sigaltstack",  # faulthandler, CPython stack-overflow guard
+    "signalfd",
+    "signalfd4",
+    "splice",  # Dirty Pipe (CVE-2022-0847) is a kernel bug, fixed in 5.10.102/5.15.25/5.16.11
     "stat",
     "statfs",  # coreutils probe for SELinux
     "statx",
     "symlink",
     "symlinkat",
+    "sync",
+    "sync_file_range",
+    "syncfs",
     "sysinfo",  # sort, CPython memory probes
+    "tee",
     "tgkill",  # raise()/abort(), signal.pthread_kill
+    "time",
     "timer_create",  # coreutils timeout; per-process timers
     "timer_delete",
     "timer_getoverrun",
     "timer_gettime",
     "timer_settime",
+    "timerfd_create",
+    "timerfd_gettime",
+    "timerfd_settime",
     "times",
+    "tkill",  # as tgkill
     "truncate",
     "umask",
     "uname",
@@ -334,20 +470,18 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "utimensat",  # tar, cp -p, make, touch
     "utimes",
     "vfork",  # CPython's _posixsubprocess
+    "vmsplice",
     "wait4",
     "waitid",
     "write",
     "writev",
 )
+# Anchored on Docker's default profile (moby/profiles seccomp/default.json): every call it
+# allows without a capability is allowed here, conditionally or not, except the ones
+# DENIED_AS_DOCKER_ALLOWS names with their reason (docs/jail.md's syscall table).
 # Not listed: ENOSYS, the kernel's answer for a call it does not have (glibc and most
 # programs fall back: fchmodat2 -> fchmodat, clone3 -> clone, timer_create -> alarm), e.g.
-#   fork           glibc forks with clone; the legacy syscall is not needed.
-#   seccomp, landlock_*  stacking more filters or rulesets would be harmless, but nothing
-#                  needs them; a program probing for them carries on as on an old kernel
-#                  (prctl(PR_SET_SECCOMP) stays reachable through prctl, equally harmless).
-#   splice, vmsplice, tee  (Dirty Pipe, CVE-2022-0847) callers fall back to read/write.
-#   pidfd_send_signal  kill() does the same and is allowed; callers fall back to it.
-#   and every number libseccomp 2.5.4 does not know (listmount, statmount, mseal, ...).
+#   every number libseccomp 2.5.4 does not know (listmount, statmount, mseal, ...).
 # Failing with EPERM (ERRNO_EPERM), the kernel's answer to a caller without the privilege:
 #   what expands the kernel's attack surface or reaches past the namespaces (see the list).
 #   connect        pathname AF_UNIX sockets (docker.sock, D-Bus) are outside Landlock's
@@ -371,7 +505,8 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     A name may appear in at most one of allowed/extra_allowed, errno_enosys,
     errno_eperm, self_only and the conditional rules (socket/socketpair when
-    `unix_only_socket`; clone, ioctl, fcntl, sendto, sendmsg always).
+    `unix_only_socket`; clone, ioctl, fcntl, sendto, sendmsg, sendmmsg, mknod and
+    mknodat always).
     Values compared with ioctl's request, fcntl's cmd and the send flags are
     their low 32 bits: the kernel reads them as unsigned int. A name in none
     of them fails ENOSYS; only foreign architectures and x32 numbers kill.
@@ -409,6 +544,11 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     #: Allowed only with a pid argument (arg 0) of 0, the caller itself; EPERM
     #: for any other pid.
     self_only: tuple[str, ...] = ()
+    #: `mknod`/`mknodat` only of these file types (mode & S_IFMT), else EPERM.
+    mknod_types: tuple[int, ...] = MKNOD_TYPES
+    #: `socket(AF_NETLINK, any type, protocol)` for these protocols, any other
+    #: EPROTONOSUPPORT; none: AF_NETLINK fails EAFNOSUPPORT as any unlisted family.
+    netlink_protocols: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for field in ("allowed", "errno_enosys", "extra_allowed", "errno_eperm", "self_only"):
@@ -420,6 +560,11 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 _u32(value, field)
         if set(self.ioctl_allowed) & set(self.ioctl_eperm):
             raise ValueError("SeccompPolicy: an ioctl request is both allowed and denied")
+        for value in self.netlink_protocols:
+            _u32(value, "netlink_protocols")
+        for value in self.mknod_types:
+            if value & ~S_IFMT:
+                raise ValueError(f"SeccompPolicy.mknod_types: {value:#o} is not a file type")
 
 
 def _names(values: Iterable[str], field: str) -> tuple[str, ...]:
@@ -453,17 +598,21 @@ ERRNO_EPERM: tuple[str, ...] = (
     "chroot", "fsconfig", "fsmount", "fsopen", "fspick", "mount", "mount_setattr",
     "move_mount", "open_tree", "pivot_root", "umount2",
     # file handles: "shocker" (CVE-2014-3519) walks out of a mount with them
-    "name_to_handle_at", "open_by_handle_at",
-    # tracing and other processes' memory (Landlock scopes ptrace; this is the rest)
-    "kcmp", "pidfd_getfd", "process_madvise", "process_vm_readv", "process_vm_writev",
-    "ptrace",
+    # (name_to_handle_at, which only names a file, is allowed)
+    "open_by_handle_at",
+    # other processes' descriptors and memory advice (Docker: CAP_SYS_PTRACE); ptrace and
+    # process_vm_* are allowed: the ptrace access check, Landlock's scope and the PID
+    # namespace bound them to the jail's own dumpable tasks
+    "kcmp", "pidfd_getfd", "process_madvise",
     # kernel attack surface with a history of CVEs
     "bpf", "io_uring_enter", "io_uring_register", "io_uring_setup", "perf_event_open",
     "userfaultfd",
     # keyrings: shared by uid across namespaces (CVE-2016-0728)
     "add_key", "keyctl", "request_key",
     # the kernel itself: modules, kexec, reboot, swap, accounting, quotas, log, time
-    "acct", "adjtimex", "clock_adjtime", "clock_settime", "delete_module", "finit_module",
+    # (adjtimex and clock_adjtime are allowed: the kernel refuses a change without
+    # CAP_SYS_TIME in the host's user namespace, and a query is harmless)
+    "acct", "clock_settime", "delete_module", "finit_module",
     "init_module", "ioperm", "iopl", "kexec_file_load", "kexec_load", "lookup_dcookie",
     "nfsservctl", "quotactl", "quotactl_fd", "reboot", "settimeofday", "swapoff",
     "swapon", "syslog", "vhangup",
@@ -471,16 +620,36 @@ ERRNO_EPERM: tuple[str, ...] = (
     "setdomainname", "sethostname",
     # READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE and the like: even the query value
     "personality",
-    # capabilities: none to set (capget is allowed)
-    "capset",
     # NUMA placement of other processes' pages, and of ranges (nothing needs it)
     "mbind", "migrate_pages", "move_pages",
-    # fileless executables (memfd_create: the payload of runc CVE-2019-5736 exploits);
-    # memory hidden from the kernel; device nodes (mkfifo too: nothing needs it)
-    "memfd_create", "memfd_secret", "mknod", "mknodat",
     # reaching host sockets by path: see the comment above the policy class
     "connect",
 )
+
+#: What Docker's default profile allows without a capability and this one does not,
+#: each with its reason (docs/jail.md, the syscall table). All fail ENOSYS, the answer of
+#: a kernel without them, which their callers handle. tests/test_seccomp.py checks this
+#: list against a snapshot of Docker's; tests/security shows each denial holds.
+DENIED_AS_DOCKER_ALLOWS: tuple[tuple[str, str], ...] = (
+    # inotify and fanotify (fanotify_init needs CAP_SYS_ADMIN there; fanotify_mark is
+    # the rest): a watch on a directory of a read-only host bind reports host activity
+    # (another jail or a host process listing or changing it), and neither seccomp nor
+    # Landlock can tell the run's own scratch from a bind
+    *((name, "watches report host activity on the binds")
+      for name in ("fanotify_mark", "inotify_add_watch", "inotify_init", "inotify_init1",
+                   "inotify_rm_watch")),
+    # Linux AIO: every context draws on one host-wide count (fs.aio-max-nr, 65536 by
+    # default); one io_setup can take nearly all of it and leave the host and every
+    # other run with EAGAIN until it ends. libaio's callers fall back to threads.
+    *((name, "contexts come from the host-wide fs.aio-max-nr")
+      for name in ("io_cancel", "io_destroy", "io_getevents", "io_pgetevents", "io_setup",
+                   "io_submit")),
+    # page-cache residency of any file it can open, the read-only host binds included:
+    # a side channel on host activity (mincore() lost it in 5.0 for files the caller
+    # cannot write; cachestat() only in 6.18)
+    ("cachestat", "page-cache residency of host files before Linux 6.18"),
+)
+
 
 #: Denied (EPERM) in the provider profile: listen() autobinds an unbound TCP socket
 #: to 0.0.0.0:<ephemeral> without a bind() for Landlock to check, and the host can
@@ -501,6 +670,7 @@ def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
     return msgspec.structs.replace(
         base,
         inet_socket=True,
+        netlink_protocols=(),  # the host's network namespace: no netlink at all
         allowed=tuple(sorted({*base.allowed, "connect"} - set(SERVER_SYSCALLS))),
         errno_eperm=tuple(sorted({*base.errno_eperm, *SERVER_SYSCALLS} - {"connect"})),
     )
@@ -509,8 +679,7 @@ def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
 DEFAULT_POLICY = SeccompPolicy(
     allowed=ALLOWED_SYSCALLS,
     unix_only_socket=True,
-    errno_enosys=("clone3", "fork", "landlock_add_rule", "landlock_create_ruleset",
-                  "landlock_restrict_self", "seccomp"),
+    errno_enosys=tuple(sorted({"clone3", *(name for name, _ in DENIED_AS_DOCKER_ALLOWS)})),
     extra_allowed=(),
     clone_denied_flags=NAMESPACE_FLAGS,
     ioctl_allowed=IOCTL_ALLOWED,
@@ -519,4 +688,6 @@ DEFAULT_POLICY = SeccompPolicy(
     send_flags_denied=MSG_FASTOPEN,
     errno_eperm=ERRNO_EPERM,
     self_only=SELF_ONLY,
+    mknod_types=MKNOD_TYPES,
+    netlink_protocols=NETLINK_PROTOCOLS,
 )
