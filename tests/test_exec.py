@@ -48,3 +48,27 @@ async def test_a_zero_cap_allows_silence_only(runner: Runner) -> None:
     with pytest.raises(RunnerError) as info:
         await runner.exec(writer(1, 0), limits=limits)
     assert info.value.reason is Reason.STDOUT_CAP
+
+
+# The program runs in a session and process group of its own (issue 19):
+# `kill 0` reaches its own tree, never the adapter, and the run ends by the
+# program's own outcome.
+
+async def test_kill_0_of_a_program_that_ignores_it_is_a_normal_exit(runner: Runner) -> None:
+    result = (await runner.exec(
+        ["/bin/sh", "-c", "trap '' TERM; kill -TERM 0; echo still here; exit 0"])).response
+    assert (result.exit_code, result.signal, result.stdout) == (0, None, b"still here\n")
+
+
+async def test_kill_0_ends_the_program_not_the_adapter(runner: Runner) -> None:
+    result = (await runner.exec(["/bin/sh", "-c", "kill 0; echo not reached"])).response
+    assert (result.exit_code, result.signal, result.stdout) == (None, 15, b"")
+
+
+async def test_killpg_0_reaches_only_the_programs_group(runner: Runner) -> None:
+    code = ("import os, signal; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+            " os.killpg(0, signal.SIGTERM);"
+            " print(os.getpid() == os.getpgid(0) == os.getsid(0), os.getppid())")
+    result = (await runner.exec([sys.executable, "-c", code])).response
+    # Its own session and group; its parent, the adapter, is the jail's pid 2.
+    assert (result.exit_code, result.stdout) == (0, b"True 2\n")

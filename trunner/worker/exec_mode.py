@@ -104,6 +104,9 @@ def run_exec(body: object) -> dict[str, object]:
     caps = {out_r: request.stdout_max_bytes, err_r: request.stderr_max_bytes}
     bufs = {fd: bytearray() for fd in caps}
     crossed = _pump(pid, request.stdin, stdin_w, caps, bufs)
+    # Its group goes with it: killed while the unreaped leader holds the pgid.
+    posix.waitid(posix.P_PID, pid, posix.WEXITED | posix.WNOWAIT)
+    _kill_tree(pid)
     code = posix.waitstatus_to_exitcode(posix.waitpid(pid, 0)[1])
     elapsed_s = time.monotonic() - began
     stdout = bytes(bufs[out_r])
@@ -139,7 +142,11 @@ def _refuse_imports(event: str, args: tuple[object, ...]) -> None:
 
 def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
     """Start `argv` (searched on PATH) on three new pipes, as subprocess would
-    (SIGPIPE and SIGXFSZ back to default; every other fd is close-on-exec).
+    (SIGPIPE and SIGXFSZ back to default; every other fd is close-on-exec),
+    in a session and process group of its own: its `kill(0, ...)` and
+    `killpg(0, ...)` reach its own tree, never this adapter. Whatever leaves
+    that group too still dies with the run: the jail's pid 1 exits when this
+    adapter does, and the kernel then kills the whole PID namespace.
     Returns the pid and our ends: stdin, stdout, stderr."""
     in_r, in_w = posix.pipe()
     out_r, out_w = posix.pipe()
@@ -150,6 +157,7 @@ def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
             file_actions=[(posix.POSIX_SPAWN_DUP2, in_r, 0), (posix.POSIX_SPAWN_DUP2, out_w, 1),
                           (posix.POSIX_SPAWN_DUP2, err_w, 2)],
             setsigdef=(SIGPIPE, SIGXFSZ),
+            setsid=True,
         )
     except BaseException:
         for fd in (in_w, out_r, err_r):
@@ -200,13 +208,22 @@ def _pump(pid: int, stdin: bytes, stdin_w: int, caps: dict[int, int],
                     continue
                 buf += chunk
                 if len(buf) > caps[fd]:
-                    posix.kill(pid, SIGKILL)
+                    _kill_tree(pid)
                     crossed = True
                     break
     finally:
         for fd in (*caps, *(live & {stdin_w})):
             posix.close(fd)
     return crossed
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the program's group (its pgid is its pid, held while it is
+    unreaped). What left the group dies with the PID namespace."""
+    try:  # noqa: SIM105  contextlib is one more import for the adapter
+        posix.killpg(pid, SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def place(files: Mapping[str, tuple[bytes, bool]]) -> None:
