@@ -43,6 +43,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -233,6 +234,13 @@ def main() -> None:
     parser.add_argument("--logs", help="keep each run's output under this dir")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     args = parser.parse_args()
+    # A job in the background of a non-interactive shell starts with SIGINT
+    # and SIGQUIT ignored, and so would every module run bare or in bwrap
+    # (test_signal's KeyboardInterrupt tests then fail): give them back.
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
+                          else signal.SIG_DFL)
     outcomes = trio.run(main_async, args)
     if args.json:
         print(json.dumps({"outcomes": [asdict(o) for o in outcomes]}, indent=1))
