@@ -12,6 +12,8 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -209,3 +211,58 @@ def test_exit_chain_reports_every_step() -> None:
         assert non_negative(row["p50_ms"]), row
         assert row["p50_ms"] <= row["p90_ms"], row
     assert positive(report["total_p50_ms"])
+
+
+def _has_cpython_tests() -> bool:
+    for python in ("/usr/bin/python3.11", sys.executable):
+        done = subprocess.run([python, "-c", "import test.test_os"], capture_output=True,
+                              check=False) if os.path.exists(python) else None
+        if done is not None and done.returncode == 0:
+            return True
+    return False
+
+
+def test_cpython_os_tests_runs_one_module_each_way() -> None:
+    """The CPython OS-test harness on one quick module (test_fcntl): in trunner
+    and bare (and under bubblewrap where installed), each run gives unittest's
+    summary, parsed: how many ran, how many failed or errored."""
+    if not _has_cpython_tests():
+        pytest.skip("CPython's test suite is not installed (libpython3.11-testsuite;"
+                    " scripts/setup installs it as root)")
+    modes = "trunner,bwrap,bare" if shutil.which("bwrap") else "trunner,bare"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH_DIR, "cpython_os_tests.py"), "--modules",
+         "test_fcntl", "--modes", modes, "--json"],
+        stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT_S, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
+    outcomes = json.loads(proc.stdout)["outcomes"]
+    assert [o["mode"] for o in outcomes] == modes.split(",")
+    for o in outcomes:
+        assert o["died"] is None, o
+        assert o["ran"] > 0, o
+        assert 0 <= o["failed"] <= o["ran"], o
+    bare = outcomes[-1]
+    assert bare["failed"] == 0, bare  # bare is the reference: nothing in the way
+
+
+def test_cpython_os_tests_parses_unittest_summaries() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "cpython_os_tests", os.path.join(BENCH_DIR, "cpython_os_tests.py"))
+    assert spec is not None
+    assert spec.loader is not None
+    harness = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = harness  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(harness)
+    finally:
+        del sys.modules[spec.name]
+    parse = harness.parse
+    ok = parse("m", "bare", b"test_a (test.m.C.test_a) ... ok\n\nRan 3 tests in 0.1s\n\nOK\n")
+    assert (ok.ran, ok.failed, ok.died) == (3, 0, None)
+    bad = parse("m", "bare", b"FAIL: test_a (test.m.C.test_a)\nERROR: test_b (test.m.D.test_b)\n"
+                b"Ran 5 tests in 1s\n\nFAILED (failures=1, errors=2, skipped=1)\n")
+    assert (bad.ran, bad.failed, bad.cases) == (5, 3, ["ERROR: D.test_b", "FAIL: C.test_a"])
+    died = parse("m", "bare", b"Fatal Python error: Segmentation fault\n")
+    assert (died.failed, died.died) == (None, "no unittest summary")

@@ -255,7 +255,7 @@ config_values = st.recursive(
     | st.integers() | st.integers(-(2**70), 2**70)
     | st.floats() | st.decimals(allow_nan=True).map(str)
     | st.text(max_size=8) | st.binary(max_size=8)
-    | st.sampled_from(["10", "1e3", "inf", "nan", "0x10", " 5", "", "1_000"]),
+    | st.sampled_from(["10", "1e3", "inf", "nan", "0x10", " 5", "", "1_000", "auto", "AUTO"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
                                                                 max_size=3),
     max_leaves=6,

@@ -45,7 +45,7 @@ result = {{"codes": codes, "ns": os.readlink("/proc/self/ns/pid")}}
 
 @needs_memory_cgroup
 async def test_processes_together_past_memory_bytes_fail_memory_limit(runner: Runner) -> None:
-    # Each of the four stays far below RLIMIT_AS (1 GiB); together 4 x 96 MiB
+    # Each of the four is far below the bound; together 4 x 96 MiB
     # is past 256 MiB.
     limits = runner.limits.replace(memory_bytes=256 * MiB, wall_time_s=30)
     e = await denied(runner, _TOUCH.format(mib=96), limits=limits)

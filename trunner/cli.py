@@ -21,8 +21,14 @@ def _limits_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stdout-cap", type=int, help="stdout cap, bytes")
     parser.add_argument("--stderr-cap", type=int, help="stderr cap, bytes")
     parser.add_argument("--cpu", type=int, help="CPU time limit, seconds")
-    parser.add_argument("--memory", type=int, help="address-space limit, bytes")
+    parser.add_argument("--memory", type=_bytes_or_auto,
+                        help="address-space limit (RLIMIT_AS), bytes, or 'auto' (the default:"
+                             " none where the run has a memory cgroup, else 1 GiB)")
     parser.add_argument("--processes", type=int, help="process limit")
+
+
+def _bytes_or_auto(text: str) -> int | str:
+    return text if text == "auto" else int(text)
 
 
 def _limits(args: argparse.Namespace) -> Any:  # noqa: ANN401

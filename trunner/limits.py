@@ -12,7 +12,7 @@ so they plan, encode and hash alike: one rules version.
 """
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, get_type_hints
+from typing import Annotated, Any, Final, Literal, get_type_hints
 
 import msgspec
 from msgspec import Meta, Struct
@@ -20,20 +20,30 @@ from msgspec import Meta, Struct
 KiB: Final = 1024
 MiB: Final = 1024 * KiB
 GiB: Final = 1024 * MiB
+#: `address_space_bytes="auto"`: no RLIMIT_AS where the run has a memory
+#: cgroup (as root), which bounds what it really uses, so runtimes that
+#: reserve large ranges (the JVM, Go, V8) start; elsewhere
+#: `AUTO_ADDRESS_SPACE_BYTES`. Resolved when the jail is planned.
+AUTO: Final = "auto"
+AUTO_ADDRESS_SPACE_BYTES: Final = 1 * GiB
 
 
 class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Resource and output limits for one adapter class.
 
-    Defaults suit a short computation: 10 s wall, 1 MiB of response, 1 GiB of
-    address space (CPython with msgspec needs a few hundred MiB of mappings).
+    Defaults suit a short computation: 10 s wall, 1 MiB of response, and
+    `address_space_bytes="auto"`: no RLIMIT_AS where a per-run memory cgroup
+    bounds the run (as root), else 1 GiB (CPython with msgspec needs a few
+    hundred MiB of mappings; a JVM needs more: give it explicitly).
     """
 
     wall_time_s: Annotated[float, Meta(gt=0, le=86400)] = 10.0
     stdout_max_bytes: Annotated[int, Meta(ge=0, le=2**32 + 3)] = 1 * MiB
     stderr_max_bytes: Annotated[int, Meta(ge=0, le=1 * GiB)] = 64 * KiB
     cpu_time_s: Annotated[int, Meta(ge=1, le=86400)] = 10
-    address_space_bytes: Annotated[int, Meta(ge=64 * MiB, le=2**46)] = 1 * GiB
+    #: RLIMIT_AS of each process, or "auto" (AUTO): none where the run has a
+    #: memory cgroup, else AUTO_ADDRESS_SPACE_BYTES. A number holds everywhere.
+    address_space_bytes: Annotated[int, Meta(ge=64 * MiB, le=2**46)] | Literal["auto"] = AUTO
     processes: Annotated[int, Meta(ge=1, le=4096)] = 32
     open_files: Annotated[int, Meta(ge=16, le=65536)] = 256
     file_size_bytes: Annotated[int, Meta(ge=0, le=2**46)] = 64 * MiB

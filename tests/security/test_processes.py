@@ -25,6 +25,7 @@ from support import (
     is_alive,
     is_jailed,
     jail_ready,
+    jailed_under,
     live_status,
     pid_namespace_members,
     proc_status,
@@ -460,6 +461,50 @@ async def test_a_descendant_slow_to_die_is_dead_when_run_returns(runner: Runner)
     assert pid > 2  # its pid in the jail's namespace: the host knows it by another
     # Not a zombie, and not still exiting (freeing its ballast): gone or a zombie.
     assert live_members(ns) == []
+
+
+# A daemon as `daemon(3)` makes one, run by `exec`: the program is in a session
+# of its own (issue 19), and this escapes that too: a new session, a new
+# process group in it, a double fork, stdio on /dev/null, every catchable
+# signal ignored. Only the PID namespace, which ends with pid 1, holds it.
+DAEMON = """
+import os, signal, sys, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.setpgid(0, 0)
+        for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+            try:
+                signal.signal(sig, signal.SIG_IGN)
+            except OSError:
+                pass
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.write(w, b"%d %d %d" % (os.getpid(), os.getsid(0), os.getpgid(0)))
+        os.close(w)
+        time.sleep(1000)
+    os._exit(0)
+os.wait()
+os.close(w)
+pid, sid, pgid = map(int, os.read(r, 64).split())
+print(pid, sid, pgid, os.getpid(), os.getsid(0), os.readlink("/proc/self/ns/pid"))
+"""
+
+
+async def test_a_daemon_that_left_every_group_is_dead_when_exec_returns(
+    runner: Runner, jail_root: Path
+) -> None:
+    result = (await runner.exec([sys.executable, "-c", DAEMON])).response
+    assert result.exit_code == 0, result.stderr
+    pid, sid, pgid, program, program_sid, ns = result.stdout.decode().split()
+    # It left the program's session and group, and the adapter's (pid 2).
+    assert pid == pgid, result
+    assert sid not in (pid, program, "2"), result
+    assert program_sid == program, result
+    assert live_members(ns) == []
+    assert jailed_under(str(jail_root)) == []
 
 
 async def test_execute_setuid_binary(runner: Runner) -> None:

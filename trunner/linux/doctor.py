@@ -89,10 +89,17 @@ def memory_bounds(host: HostSupport) -> list[dict[str, str]]:
     """What bounds one run's memory on this host, layer by layer, with the
     default `Limits` (docs/jail.md: "What bounds a run's memory")."""
     from trunner.limits import Limits, MiB
-    from trunner.linux.plan import MSGQUEUE_BYTES, SIGPENDING, ipc_limits_for
+    from trunner.linux.plan import (
+        MSGQUEUE_BYTES,
+        RLIM_INFINITY,
+        SIGPENDING,
+        address_space_for,
+        ipc_limits_for,
+    )
 
     cgroup = host.is_root and bool(host.memory_cgroup_base)
     limits = Limits()
+    space = address_space_for(limits, memory_cgroup=cgroup)
     ipc = {sysctl.name: sysctl.value for sysctl in ipc_limits_for(limits)}
     semmsl, semmns, _semopm, semmni = ipc["sem"].split()
     fds = limits.open_files * limits.processes
@@ -103,8 +110,11 @@ def memory_bounds(host: HostSupport) -> list[dict[str, str]]:
     wmem = int(wmem_max) if wmem_max.isdigit() else 0
     return [
         {"what": "cgroup", "bound": every},
-        {"what": "processes", "bound": f"address_space_bytes ({limits.address_space_bytes // MiB}"
-         f" MiB) each, {limits.processes} processes (RLIMIT_AS, RLIMIT_NPROC)"},
+        {"what": "processes", "bound": (
+            f"address_space_bytes {limits.address_space_bytes!r}: "
+            + ("no RLIMIT_AS (the cgroup bounds them)" if space == RLIM_INFINITY
+               else f"{space // MiB} MiB each (RLIMIT_AS)")
+            + f", {limits.processes} processes (RLIMIT_NPROC)")},
         {"what": "scratch", "bound": f"scratch_bytes ({limits.scratch_bytes // MiB} MiB tmpfs:"
          " working dir, /tmp, /dev/shm)"},
         {"what": "sysv shm", "bound": f"shmall {int(ipc['shmall']) * 4096 // MiB} MiB"

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from trunner.limits import AUTO, AUTO_ADDRESS_SPACE_BYTES
 from trunner.linux import landlock, seccomp
 from trunner.linux.ids import DEFAULT_RANGE
 from trunner.linux.kernel import abi
@@ -313,8 +314,25 @@ MSGQUEUE_BYTES: Final = 819200
 SIGPENDING: Final = 4096
 
 
-def rlimits_for(limits: Limits) -> tuple[Rlimit, ...]:
-    """`Limits` to rlimits; units are converted here only.
+#: prlimit64's RLIM_INFINITY, as `install.set_rlimit` takes it.
+RLIM_INFINITY: Final = -1
+
+
+def address_space_for(limits: Limits, *, memory_cgroup: bool) -> int:
+    """RLIMIT_AS for `limits`: a number as given; "auto" none (RLIM_INFINITY)
+    where the run has a memory cgroup, which bounds what it really uses,
+    and `AUTO_ADDRESS_SPACE_BYTES` where nothing else bounds a process."""
+    value = limits.address_space_bytes
+    if value != AUTO:
+        assert isinstance(value, int)
+        return value
+    return RLIM_INFINITY if memory_cgroup else AUTO_ADDRESS_SPACE_BYTES
+
+
+def rlimits_for(limits: Limits, *, memory_cgroup: bool) -> tuple[Rlimit, ...]:
+    """`Limits` to rlimits; units are converted here only, and "auto"
+    resolved (`address_space_for`): the plan, and so the rules version,
+    holds the number applied.
 
     SIGPENDING and MSGQUEUE are counted per (user namespace, uid) from
     kernel 5.14: set before the namespaces exist, they bound the run
@@ -325,7 +343,7 @@ def rlimits_for(limits: Limits) -> tuple[Rlimit, ...]:
     return (
         # SIGXCPU at the soft limit, SIGKILL one second later.
         rlimit(resource.RLIMIT_CPU, limits.cpu_time_s, limits.cpu_time_s + 1),
-        rlimit(resource.RLIMIT_AS, limits.address_space_bytes),
+        rlimit(resource.RLIMIT_AS, address_space_for(limits, memory_cgroup=memory_cgroup)),
         rlimit(resource.RLIMIT_FSIZE, limits.file_size_bytes),
         rlimit(resource.RLIMIT_NOFILE, limits.open_files),
         rlimit(resource.RLIMIT_CORE, 0),
@@ -570,7 +588,7 @@ def plan_jail(
         process_limit=process_limit,
         jail_nproc=processes if host.nproc_per_userns else 0,
         memory=memory,
-        rlimits=rlimits_for(limits),
+        rlimits=rlimits_for(limits, memory_cgroup=isinstance(memory, MemoryCgroup)),
         ipc_limits=ipc_limits_for(limits),
         build_userns=not host.is_root,
         unshare_flags=flags,

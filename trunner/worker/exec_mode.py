@@ -104,6 +104,9 @@ def run_exec(body: object) -> dict[str, object]:
     caps = {out_r: request.stdout_max_bytes, err_r: request.stderr_max_bytes}
     bufs = {fd: bytearray() for fd in caps}
     crossed = _pump(pid, request.stdin, stdin_w, caps, bufs)
+    # Its group goes with it: killed while the unreaped leader holds the pgid.
+    posix.waitid(posix.P_PID, pid, posix.WEXITED | posix.WNOWAIT)
+    _kill_tree(pid)
     code = posix.waitstatus_to_exitcode(posix.waitpid(pid, 0)[1])
     elapsed_s = time.monotonic() - began
     stdout = bytes(bufs[out_r])
@@ -140,7 +143,10 @@ def _refuse_imports(event: str, args: tuple[object, ...]) -> None:
 def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
     """Start `argv` (searched on PATH) on three new pipes, as subprocess would
     (SIGPIPE and SIGXFSZ back to default; every other fd is close-on-exec),
-    in a session and process group of its own.
+    in a session and process group of its own: its `kill(0, ...)` and
+    `killpg(0, ...)` reach its own tree, never this adapter. Whatever leaves
+    that group too still dies with the run: the jail's pid 1 exits when this
+    adapter does, and the kernel then kills the whole PID namespace.
     Returns the pid and our ends: stdin, stdout, stderr."""
     in_r, in_w = posix.pipe()
     out_r, out_w = posix.pipe()
@@ -161,15 +167,6 @@ def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
         for fd in (in_r, out_w, err_w):
             posix.close(fd)
     return pid, in_w, out_r, err_r
-
-
-def _kill_group(pid: int) -> None:
-    """SIGKILL the program's group (it leads it); the rest of the run's
-    tree ends with pid 1, whatever groups it made."""
-    try:  # noqa: SIM105  (contextlib would be one more import in the adapter)
-        posix.killpg(pid, SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _pump(pid: int, stdin: bytes, stdin_w: int, caps: dict[int, int],
@@ -211,13 +208,22 @@ def _pump(pid: int, stdin: bytes, stdin_w: int, caps: dict[int, int],
                     continue
                 buf += chunk
                 if len(buf) > caps[fd]:
-                    _kill_group(pid)
+                    _kill_tree(pid)
                     crossed = True
                     break
     finally:
         for fd in (*caps, *(live & {stdin_w})):
             posix.close(fd)
     return crossed
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the program's group (its pgid is its pid, held while it is
+    unreaped). What left the group dies with the PID namespace."""
+    try:  # noqa: SIM105  contextlib is one more import for the adapter
+        posix.killpg(pid, SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def place(files: Mapping[str, tuple[bytes, bool]]) -> None:
