@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         ExecFile as ExecFile,
         ExecRequest as ExecRequest,
         ExecResult as ExecResult,
+        Usage as Usage,
     )
     from trunner.runner import Runner as Runner
     from trunner.signals import cancel_on_signals as cancel_on_signals
@@ -39,6 +40,7 @@ _WHERE = {
     "ExecFile": "trunner.protocol",
     "ExecRequest": "trunner.protocol",
     "ExecResult": "trunner.protocol",
+    "Usage": "trunner.protocol",
     "provider_profile_template_blake3": "trunner.backend",
     "Result": "trunner.invocation",
     "Runner": "trunner.runner",

@@ -8,7 +8,10 @@ A `RunnerError` never carries the child's stdout: no partial result, ever.
 from __future__ import annotations
 
 import enum
-from typing import final
+from typing import TYPE_CHECKING, final
+
+if TYPE_CHECKING:
+    from trunner.protocol import Usage
 
 
 class Reason(enum.StrEnum):
@@ -16,6 +19,8 @@ class Reason(enum.StrEnum):
 
     # Limits the parent enforces.
     TIMEOUT = "timeout"
+    #: The program's whole tree went past `cpu_time_s` of CPU (user + system).
+    CPU_TIME = "cpu_time"
     STDOUT_CAP = "stdout_cap"
     STDERR_CAP = "stderr_cap"
     DRAIN_TIMEOUT = "drain_timeout"
@@ -53,8 +58,8 @@ class Reason(enum.StrEnum):
 
 #: The reasons that mean "the child went past a limit the caller set".
 LIMIT_BREACHES = frozenset(
-    {Reason.TIMEOUT, Reason.STDOUT_CAP, Reason.STDERR_CAP, Reason.DRAIN_TIMEOUT,
-     Reason.MEMORY_LIMIT}
+    {Reason.TIMEOUT, Reason.CPU_TIME, Reason.STDOUT_CAP, Reason.STDERR_CAP,
+     Reason.DRAIN_TIMEOUT, Reason.MEMORY_LIMIT}
 )
 
 
@@ -67,6 +72,9 @@ class RunnerError(Exception):
         detail: one human-readable line; may hold a bounded stderr excerpt.
         exit_status: the child's exit code, when it exited.
         signal: the signal number that killed the child, when one did.
+        usage: what the program used before it ended (`trunner.Usage`), for
+            every failure after it started; None only when nothing ran (or
+            the figures were lost: see docs/design.md, "Usage").
     """
 
     def __init__(
@@ -76,18 +84,21 @@ class RunnerError(Exception):
         *,
         exit_status: int | None = None,
         signal: int | None = None,
+        usage: Usage | None = None,
     ) -> None:
         super().__init__(f"{detail} [{reason}]")
         self.reason = reason
         self.detail = detail
         self.exit_status = exit_status
         self.signal = signal
+        self.usage = usage
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild, (self.reason, self.detail, self.exit_status, self.signal))
+        return (_rebuild, (self.reason, self.detail, self.exit_status, self.signal, self.usage))
 
 
 def _rebuild(
-    reason: Reason, detail: str, exit_status: int | None, signal: int | None
+    reason: Reason, detail: str, exit_status: int | None, signal: int | None,
+    usage: Usage | None = None,
 ) -> RunnerError:
-    return RunnerError(reason, detail, exit_status=exit_status, signal=signal)
+    return RunnerError(reason, detail, exit_status=exit_status, signal=signal, usage=usage)

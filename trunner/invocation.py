@@ -24,7 +24,7 @@ from trunner.backend import close_jail, open_jail
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Jail  # noqa: TC001  annotates Started
 from trunner.nursery_run import Outcome, supervise
-from trunner.protocol import HEADER_BYTES, decode_single_frame, encode_frame
+from trunner.protocol import HEADER_BYTES, ExecResult, Usage, decode_single_frame, encode_frame
 from trunner.spawn import Child, spawn
 
 if TYPE_CHECKING:
@@ -41,10 +41,14 @@ T = TypeVar("T")
 
 @final
 class Result(msgspec.Struct, Generic[T], frozen=True):
-    """A verified response and the rules version it was produced under."""
+    """A verified response, the rules version it was produced under, and
+    what the run used (`Usage`: for `exec` the program's tree, for a
+    `run()` mode the adapter process's own figures; None where the host
+    could not measure)."""
 
     response: T
     rules_version: str
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)
@@ -119,21 +123,42 @@ def judge(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
     """The verdict on one finished invocation: its response, or the error."""
     code = outcome.exit_code
     if outcome.failure is not None:
-        raise RunnerError(outcome.failure, outcome.detail, **_status(code))
+        raise RunnerError(outcome.failure, outcome.detail, **_status(code),
+                          usage=failed_usage(outcome, jail, stdout_max_bytes, response_type))
     assert code is not None
     failure = jail.explain(code, outcome.report, outcome.started_us)
     excerpt = outcome.stderr[-STDERR_EXCERPT_BYTES:].decode(errors="replace").strip()
     if failure is not None:
         if failure.reason is Reason.KILLED_BY_SIGNAL:
             failure = dataclasses.replace(failure, detail=f"{failure.detail}; stderr: {excerpt}")
-        raise failure.error()
+        error = failure.error()
+        error.usage = failed_usage(outcome, jail, stdout_max_bytes, response_type)
+        raise error
     if code != 0:
         raise RunnerError(
-            Reason.NONZERO_EXIT, f"exited {code}; stderr: {excerpt}", exit_status=code
+            Reason.NONZERO_EXIT, f"exited {code}; stderr: {excerpt}", exit_status=code,
+            usage=failed_usage(outcome, jail, stdout_max_bytes, response_type),
         )
     return decode_single_frame(
         outcome.stdout, response_type, max_body_bytes=max(stdout_max_bytes - HEADER_BYTES, 0)
     )
+
+
+def failed_usage(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
+                 response_type: Any) -> Usage | None:  # noqa: ANN401  as in judge
+    """The usage a failed run still reports: an `exec` adapter's frame, if
+    it wrote one (it ends the program before it reports), else what the
+    jail measured of the adapter (`Jail.usage`), else None."""
+    if response_type is ExecResult:
+        try:
+            reply: ExecResult = decode_single_frame(
+                outcome.stdout, ExecResult,
+                max_body_bytes=max(stdout_max_bytes - HEADER_BYTES, 0))
+        except RunnerError:
+            pass
+        else:
+            return reply.usage
+    return None
 
 
 async def invoke(
@@ -156,7 +181,9 @@ async def invoke(
         if started is None:
             started = await start(backend, adapter_argv, limits, temp_root)
         outcome = await serve(started, frame, caps)
-        return Result(judge(outcome, started.jail, caps.stdout_max_bytes, response_type), version)
+        response = judge(outcome, started.jail, caps.stdout_max_bytes, response_type)
+        usage = response.usage if isinstance(response, ExecResult) else None
+        return Result(response, version, usage)
 
 
 @contextmanager

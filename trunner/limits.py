@@ -40,7 +40,10 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     wall_time_s: Annotated[float, Meta(gt=0, le=86400)] = 10.0
     stdout_max_bytes: Annotated[int, Meta(ge=0, le=2**32 + 3)] = 1 * MiB
     stderr_max_bytes: Annotated[int, Meta(ge=0, le=1 * GiB)] = 64 * KiB
-    cpu_time_s: Annotated[int, Meta(ge=1, le=86400)] = 10
+    #: CPU time (user + system) of the program's whole process tree; a
+    #: float, sub-second. Past it the run fails `cpu_time`. Each process
+    #: also has RLIMIT_CPU at the next whole second + 1, a backstop.
+    cpu_time_s: Annotated[float, Meta(gt=0, le=86400)] = 10.0
     #: RLIMIT_AS of each process, or "auto" (AUTO): none where the run has a
     #: memory cgroup, else AUTO_ADDRESS_SPACE_BYTES. A number holds everywhere.
     address_space_bytes: Annotated[int, Meta(ge=64 * MiB, le=2**46)] | Literal["auto"] = AUTO
@@ -98,7 +101,7 @@ PRESETS: Final[Mapping[str, Limits]] = {
     # A quick pure computation: tight everything.
     "quick": Limits(
         wall_time_s=2.0,
-        cpu_time_s=2,
+        cpu_time_s=2.0,
         stdout_max_bytes=64 * KiB,
         stderr_max_bytes=16 * KiB,
         processes=4,
@@ -106,7 +109,7 @@ PRESETS: Final[Mapping[str, Limits]] = {
     # Running a tool (compiler, formatter): more time, room for children.
     "tool": Limits(
         wall_time_s=60.0,
-        cpu_time_s=60,
+        cpu_time_s=60.0,
         stdout_max_bytes=16 * MiB,
         stderr_max_bytes=1 * MiB,
         address_space_bytes=4 * GiB,
@@ -116,7 +119,7 @@ PRESETS: Final[Mapping[str, Limits]] = {
     # Producing a large reply (e.g. a rendered artifact).
     "bulk": Limits(
         wall_time_s=120.0,
-        cpu_time_s=120,
+        cpu_time_s=120.0,
         stdout_max_bytes=512 * MiB,
         address_space_bytes=4 * GiB,
         file_size_bytes=1 * GiB,

@@ -12,7 +12,7 @@ is sliced, so a hostile header never makes the parent allocate.
 from __future__ import annotations
 
 import functools
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -126,6 +126,39 @@ class ExecRequest(msgspec.Struct, tag="exec_request", frozen=True, kw_only=True)
     collect: list[str] = []
     stdout_max_bytes: int = 1024 * 1024
     stderr_max_bytes: int = 64 * 1024
+    #: The program's own wall time (from its start) and its tree's CPU time
+    #: (user + system), both enforced by the adapter, which then still
+    #: reports the usage; the parent's deadline stays as a backstop.
+    wall_time_s: float = 10.0
+    cpu_time_s: float = 10.0
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a run's program used, start to end (docs/design.md, "Usage").
+
+    For `exec`: the program's own process tree, never trunner's helper, the
+    jail's pid 1 or the adapter (its interpreter start-up included), as root
+    and not alike. For a `run()` mode, which has no separate program: the
+    adapter process's own figures.
+    """
+
+    #: Wall time, from the program's start to its end (its exit, or its kill).
+    wall_s: float
+    #: CPU time in user mode, summed over the whole tree.
+    cpu_user_s: float
+    #: CPU time in the kernel, summed over the whole tree.
+    cpu_sys_s: float
+    #: The peak memory, in bytes: see `memory_source`.
+    peak_memory_bytes: int
+    #: Where `peak_memory_bytes` comes from: `max_rss`, the largest maximum
+    #: resident set size of any one process of the tree (getrusage's
+    #: `ru_maxrss`; a tree of several processes may have used more at once).
+    memory_source: Literal["max_rss"] = "max_rss"
+
+    @property
+    def cpu_s(self) -> float:
+        """User and system CPU time together: what `cpu_time_s` bounds."""
+        return self.cpu_user_s + self.cpu_sys_s
 
 
 class CollectedFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -150,6 +183,13 @@ class ExecResult(
     unmatched: list[str] = []
     #: The program's wall time, start to exit, measured in the jail.
     elapsed_s: float = 0.0
+    #: What the program's tree used (None only from an adapter that did not
+    #: measure).
+    usage: Usage | None = None
+    #: The limit the adapter ended the program for: `timeout` (its wall
+    #: time), `cpu_time` (its tree's CPU time), or None. The parent turns
+    #: either into a `RunnerError`, never into a result.
+    limit: Literal["timeout", "cpu_time"] | None = None
 
 
 def _bin_header_bytes(n: int) -> int:
@@ -169,7 +209,9 @@ def exec_frame_bytes(
     worst_file = CollectedFile(path="x" * EXEC_PATH_MAX_BYTES, size=-(2**63), data=b"")
     worst = ExecResult(exit_code=None, signal=-(2**63), stdout=b"", stderr=b"",
                        files=[worst_file] * n_files, unmatched=list(collect or ()),
-                       elapsed_s=0.0)
+                       elapsed_s=0.0, limit="cpu_time",
+                       usage=Usage(wall_s=0.0, cpu_user_s=0.0, cpu_sys_s=0.0,
+                                   peak_memory_bytes=-(2**63)))
     out, err = stdout_max_bytes + 1, stderr_max_bytes + 1
     headers = _bin_header_bytes(out) + _bin_header_bytes(err) + n_files * 5 - (2 + n_files) * 2
     return len(encode_frame(worst)) + out + err + headers

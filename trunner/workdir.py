@@ -32,6 +32,12 @@ from trunner.protocol import (
 if TYPE_CHECKING:
     from trunner.limits import Limits
 
+#: How long after `wall_time_s` the parent's deadline falls for an `exec`
+#: run: the adapter ends the program at its wall time, counted from the
+#: program's start, and still reports; the parent's deadline, counted from
+#: the request's write, is the backstop of an adapter that cannot.
+EXEC_DEADLINE_GRACE_S = 1.0
+
 
 def _refuse(detail: str) -> RunnerError:
     return RunnerError(Reason.BAD_REQUEST, detail)
@@ -178,8 +184,12 @@ def exec_request(
             collect=patterns,
             stdout_max_bytes=limits.stdout_max_bytes,
             stderr_max_bytes=limits.stderr_max_bytes,
+            wall_time_s=limits.wall_time_s,
+            cpu_time_s=limits.cpu_time_s,
         )
-    caps = Caps(limits.wall_time_s, exec_frame_bytes(
+    # The adapter ends the program at its wall time and reports its usage;
+    # the parent's deadline is the backstop, EXEC_DEADLINE_GRACE_S later.
+    caps = Caps(limits.wall_time_s + EXEC_DEADLINE_GRACE_S, exec_frame_bytes(
         limits.stdout_max_bytes, limits.stderr_max_bytes, patterns), limits.stderr_max_bytes)
     return request, caps
 
@@ -188,21 +198,30 @@ def check_exec_reply(response: ExecResult, limits: Limits, patterns: Sequence[st
     """The exec adapter returns one byte past a cap it saw crossed, and one
     file past the bound of collected files; it returns only files that the
     requested patterns match, and names only those patterns unmatched."""
+    usage = response.usage
+    if response.limit == "timeout":
+        raise RunnerError(Reason.TIMEOUT, f"the program ran past its wall time of"
+                          f" {limits.wall_time_s} s", usage=usage)
+    if response.limit == "cpu_time":
+        raise RunnerError(Reason.CPU_TIME, f"the program's processes used more than"
+                          f" {limits.cpu_time_s} s of CPU time", usage=usage)
     cap = limits.stdout_max_bytes
     if len(response.stdout) > cap:
         raise RunnerError(Reason.STDOUT_CAP,
-                          f"the program's stdout went over its cap of {cap} bytes")
+                          f"the program's stdout went over its cap of {cap} bytes", usage=usage)
     err_cap = limits.stderr_max_bytes
     if len(response.stderr) > err_cap:
         raise RunnerError(Reason.STDERR_CAP,
-                          f"the program's stderr went over its cap of {err_cap} bytes")
+                          f"the program's stderr went over its cap of {err_cap} bytes",
+                          usage=usage)
     if len(response.files) > EXEC_COLLECT_MAX_FILES:
         raise RunnerError(Reason.STDOUT_CAP, f"the collect patterns matched more than"
-                          f" {EXEC_COLLECT_MAX_FILES} files")
+                          f" {EXEC_COLLECT_MAX_FILES} files", usage=usage)
     collected = sum(len(f.data) for f in response.files)
     if len(response.stdout) + collected > cap:
         raise RunnerError(Reason.STDOUT_CAP, f"the program's stdout ({len(response.stdout)} bytes)"
-                          f" and the collected files went over the stdout cap of {cap} bytes")
+                          f" and the collected files went over the stdout cap of {cap} bytes",
+                          usage=usage)
     if not check_collected(response.files):
         raise RunnerError(Reason.BAD_FRAME, "a collected file's path or size is malformed")
     for file in response.files:

@@ -14,6 +14,7 @@ replaced by placeholders: what is hashed is exactly what is enforced.
 from __future__ import annotations
 
 import marshal
+import math
 import os
 import resource
 from typing import TYPE_CHECKING, Any, Final
@@ -341,8 +342,11 @@ def rlimits_for(limits: Limits, *, memory_cgroup: bool) -> tuple[Rlimit, ...]:
         return Rlimit(resource=res, soft=soft, hard=soft if hard is None else hard)
 
     return (
-        # SIGXCPU at the soft limit, SIGKILL one second later.
-        rlimit(resource.RLIMIT_CPU, limits.cpu_time_s, limits.cpu_time_s + 1),
+        # A per-process backstop of the whole tree's `cpu_time_s` (which the
+        # exec adapter polls): SIGXCPU at the next whole second, SIGKILL one
+        # second later. A run() mode's adapter is its program: this bounds it.
+        rlimit(resource.RLIMIT_CPU, math.ceil(limits.cpu_time_s),
+               math.ceil(limits.cpu_time_s) + 1),
         rlimit(resource.RLIMIT_AS, address_space_for(limits, memory_cgroup=memory_cgroup)),
         rlimit(resource.RLIMIT_FSIZE, limits.file_size_bytes),
         rlimit(resource.RLIMIT_NOFILE, limits.open_files),

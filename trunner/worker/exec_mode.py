@@ -27,18 +27,21 @@ the program could write.
 from __future__ import annotations
 
 import posix
+import resource
 import select
 import sys
 import time
 
 from trunner.linux.kernel._kernel import NR, syscall
 from trunner.linux.kernel.abi import (
+    PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
     S_IFDIR,
     S_IFMT,
     S_IFREG,
     SIGKILL,
     SIGPIPE,
+    SIGXCPU,
     SIGXFSZ,
 )
 from trunner.worker.wire import EXEC_COLLECT_MAX_FILES, EXEC_PATH_MAX_BYTES
@@ -56,7 +59,8 @@ IMPORT_AFTER_START_EXIT = 1
 class Request:
     """A decoded protocol.ExecRequest: its wire map, tag checked."""
 
-    __slots__ = ("argv", "collect", "files", "stderr_max_bytes", "stdin", "stdout_max_bytes")
+    __slots__ = ("argv", "collect", "cpu_time_s", "files", "stderr_max_bytes", "stdin",
+                 "stdout_max_bytes", "wall_time_s")
 
     def __init__(self, body: Any) -> None:  # noqa: ANN401  a decoded msgpack value
         if not isinstance(body, dict) or body.get("type") != "exec_request":
@@ -69,10 +73,13 @@ class Request:
         self.collect: list[str] = body["collect"]
         self.stdout_max_bytes: int = body["stdout_max_bytes"]
         self.stderr_max_bytes: int = body["stderr_max_bytes"]
+        self.wall_time_s: float = body["wall_time_s"]
+        self.cpu_time_s: float = body["cpu_time_s"]
 
 
 def result(code: int, stdout: bytes, stderr: bytes, files: list[dict[str, object]],
-           unmatched: list[str], elapsed_s: float) -> dict[str, object]:
+           unmatched: list[str], elapsed_s: float, usage: dict[str, object] | None = None,
+           limit: str | None = None) -> dict[str, object]:
     """The reply for a program that ended with `code` (negative: killed by
     that signal): protocol.ExecResult's wire map, its fields in order."""
     return {
@@ -84,7 +91,78 @@ def result(code: int, stdout: bytes, stderr: bytes, files: list[dict[str, object
         "files": files,
         "unmatched": unmatched,
         "elapsed_s": elapsed_s,
+        "usage": usage,
+        "limit": limit,
     }
+
+
+class Meter:
+    """The program's limits, enforced here so that its usage is still
+    reported: its wall time from its start, and its whole tree's CPU time,
+    polled from /proc (every process of this PID namespace but pid 1 and
+    this adapter is the program's: the adapter is its subreaper) plus what
+    this adapter reaped. A poll comes when the tree could first have
+    reached the limit at full speed on every CPU, so polls are rare while
+    far from it and close together near it (at least `MIN_POLL_S` apart)."""
+
+    MIN_POLL_S = 0.005
+
+    def __init__(self, began: float, wall_time_s: float, cpu_time_s: float) -> None:
+        self.deadline = began + wall_time_s
+        self.cpu_time_s = cpu_time_s
+        self.cpus = max(len(posix.sched_getaffinity(0)), 1)
+        self.tick = posix.sysconf("SC_CLK_TCK")
+        self.me = posix.getpid()
+        self.next_poll = began + max(cpu_time_s / self.cpus, self.MIN_POLL_S)
+
+    def timeout_ms(self) -> int:
+        """How long poll() may sleep before the next check is due."""
+        left = min(self.deadline, self.next_poll) - time.monotonic()
+        return max(int(left * 1000) + 1, 0)
+
+    def check(self) -> str | None:
+        """The limit the program went past ("timeout", "cpu_time"), if any."""
+        now = time.monotonic()
+        if now >= self.deadline:
+            return "timeout"
+        if now >= self.next_poll:
+            used = self.tree_cpu_s()
+            if used >= self.cpu_time_s:
+                return "cpu_time"
+            self.next_poll = now + max((self.cpu_time_s - used) / self.cpus, self.MIN_POLL_S)
+        return None
+
+    def tree_cpu_s(self) -> float:
+        """The tree's CPU time so far: each live process's own and its reaped
+        children's (/proc/PID/stat, clock ticks), and what we reaped."""
+        ticks = 0
+        for name in posix.listdir("/proc"):
+            if not name.isdigit() or int(name) in (1, self.me):
+                continue
+            try:
+                fd = posix.open(f"/proc/{name}/stat", posix.O_RDONLY | posix.O_CLOEXEC)
+            except OSError:
+                continue  # gone
+            try:
+                data = posix.read(fd, 4096)
+            except OSError:
+                data = b""
+            finally:
+                posix.close(fd)
+            fields = data.rpartition(b")")[2].split()  # the name may hold spaces
+            if len(fields) > 14:  # utime, stime, cutime, cstime: fields 14-17
+                ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ticks / self.tick + reaped.ru_utime + reaped.ru_stime
+
+
+def tree_usage(wall_s: float) -> dict[str, object]:
+    """protocol.Usage's wire map for the program's tree, once all of it is
+    reaped: this adapter reaped every process of it (directly, or as their
+    subreaper), so its children's rusage is the tree's and nothing else."""
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"wall_s": wall_s, "cpu_user_s": reaped.ru_utime, "cpu_sys_s": reaped.ru_stime,
+            "peak_memory_bytes": reaped.ru_maxrss * 1024, "memory_source": "max_rss"}
 
 
 def run_exec(body: object) -> dict[str, object]:
@@ -101,20 +179,36 @@ def run_exec(body: object) -> dict[str, object]:
     _prepare(request.collect)
     began = time.monotonic()
     pid, stdin_w, out_r, err_r = _spawn(request.argv)
+    meter = Meter(began, request.wall_time_s, request.cpu_time_s)
     caps = {out_r: request.stdout_max_bytes, err_r: request.stderr_max_bytes}
     bufs = {fd: bytearray() for fd in caps}
-    crossed = _pump(pid, request.stdin, stdin_w, caps, bufs)
-    # Its group goes with it: killed while the unreaped leader holds the pgid.
-    posix.waitid(posix.P_PID, pid, posix.WEXITED | posix.WNOWAIT)
+    crossed, limit = _pump(pid, request.stdin, stdin_w, caps, bufs, meter)
+    # The leader has exited, or a limit or a cap was crossed: everything of
+    # the tree goes now (whatever left its group too), and is reaped here, so
+    # that its times and peak are ours to report.
     _kill_tree(pid)
     code = posix.waitstatus_to_exitcode(posix.waitpid(pid, 0)[1])
     elapsed_s = time.monotonic() - began
+    _reap_all()
+    usage = tree_usage(elapsed_s)
+    cpu_s = usage["cpu_user_s"] + usage["cpu_sys_s"]  # type: ignore[operator]
+    if limit is None and (cpu_s >= request.cpu_time_s or code == -SIGXCPU):
+        limit = "cpu_time"  # past it between two polls, or RLIMIT_CPU's backstop
     stdout = bytes(bufs[out_r])
     files: list[dict[str, object]] = []
     unmatched: list[str] = []
-    if not crossed and request.collect:
+    if not crossed and limit is None and request.collect:
         files, unmatched = collect(request.collect, request.stdout_max_bytes - len(stdout))
-    return result(code, stdout, bytes(bufs[err_r]), files, unmatched, elapsed_s)
+    return result(code, stdout, bytes(bufs[err_r]), files, unmatched, elapsed_s, usage, limit)
+
+
+def _reap_all() -> None:
+    """Reap every child left (the tree's orphans come to us, its subreaper)."""
+    while True:
+        try:
+            posix.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 def _prepare(patterns: Sequence[str]) -> None:
@@ -131,6 +225,10 @@ def _prepare(patterns: Sequence[str]) -> None:
     # cannot open the response pipe or this memory. The program's own exec
     # makes it dumpable again.
     syscall(NR["prctl"], PR_SET_DUMPABLE, 0, 0, 0, 0)
+    # The subreaper of the program's tree: its orphans come to us, not to
+    # pid 1, so that every process of it is reaped here and its times and
+    # peak count in our children's rusage, which is the tree's alone.
+    syscall(NR["prctl"], PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sys.addaudithook(_refuse_imports)
 
 
@@ -170,24 +268,32 @@ def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
 
 
 def _pump(pid: int, stdin: bytes, stdin_w: int, caps: dict[int, int],
-          bufs: dict[int, bytearray]) -> bool:
-    """Feed stdin and read both streams until EOF, or until a stream crosses
-    its cap (then kill the program and return True). Closes every fd."""
+          bufs: dict[int, bytearray], meter: Meter) -> tuple[bool, str | None]:
+    """Feed stdin and read both streams until EOF and the leader's exit, or
+    until a stream crosses its cap (True) or the program a limit (its name):
+    then kill the program. Closes every fd."""
     pending = memoryview(stdin)
     poller = select.poll()
     live = set(caps)
     for fd in caps:
         poller.register(fd, select.POLLIN)
+    exited = posix.pidfd_open(pid)
+    poller.register(exited, select.POLLIN)
+    live.add(exited)
     if pending:
         posix.set_blocking(stdin_w, False)
         poller.register(stdin_w, select.POLLOUT)
         live.add(stdin_w)
     else:
         posix.close(stdin_w)
-    crossed = False
+    crossed, limit = False, None
     try:
-        while live and not crossed:
-            for fd, _ in poller.poll():
+        while live and not crossed and limit is None:
+            for fd, _ in poller.poll(meter.timeout_ms()):
+                if fd == exited:
+                    poller.unregister(fd)
+                    live.discard(fd)
+                    continue
                 if fd == stdin_w:
                     try:
                         pending = pending[posix.write(fd, pending[:_CHUNK]) :]
@@ -211,17 +317,23 @@ def _pump(pid: int, stdin: bytes, stdin_w: int, caps: dict[int, int],
                     _kill_tree(pid)
                     crossed = True
                     break
+            if not crossed:
+                limit = meter.check()
+        if limit is not None:
+            _kill_tree(pid)
     finally:
-        for fd in (*caps, *(live & {stdin_w})):
+        for fd in (*caps, exited, *(live & {stdin_w})):
             posix.close(fd)
-    return crossed
+    return crossed, limit
 
 
 def _kill_tree(pid: int) -> None:
-    """SIGKILL the program's group (its pgid is its pid, held while it is
-    unreaped). What left the group dies with the PID namespace."""
+    """SIGKILL the program's whole tree: every process of this PID namespace
+    but pid 1 and this adapter (kill(-1) skips both), whatever group or
+    session it left for. `pid`, its leader, stays ours to reap."""
+    del pid
     try:  # noqa: SIM105  contextlib is one more import for the adapter
-        posix.killpg(pid, SIGKILL)
+        posix.kill(-1, SIGKILL)
     except ProcessLookupError:
         pass
 

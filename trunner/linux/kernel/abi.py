@@ -49,7 +49,7 @@ JAIL_PID_NOTE = b"jail-pid"
 
 # -- kernel numbers --------------------------------------------------------------
 
-SIGINT, SIGKILL, SIGPIPE, SIGXFSZ, SIGSYS = 2, 9, 13, 25, 31
+SIGINT, SIGKILL, SIGPIPE, SIGXCPU, SIGXFSZ, SIGSYS = 2, 9, 13, 24, 25, 31
 RLIMIT_NPROC = 6
 
 CLONE_NEWNS = 0x00020000
@@ -71,6 +71,7 @@ S_IFREG = 0o100000
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
 
 MS_RDONLY = 1
 MS_NOSUID = 2
