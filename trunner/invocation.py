@@ -58,10 +58,17 @@ class Caps:
     wall_time_s: float
     stdout_max_bytes: int
     stderr_max_bytes: int
+    #: The run's CPU time, polled by the parent (a `run()` mode: the adapter
+    #: is the program); None where the adapter bounds its program (`exec`).
+    cpu_time_s: float | None = None
+    #: What the parent measures at a kill: the program's tree without the
+    #: adapter (`exec`), or with it.
+    program_only: bool = False
 
     @classmethod
     def of(cls, limits: Limits) -> Caps:
-        return cls(limits.wall_time_s, limits.stdout_max_bytes, limits.stderr_max_bytes)
+        return cls(limits.wall_time_s, limits.stdout_max_bytes, limits.stderr_max_bytes,
+                   limits.cpu_time_s)
 
 
 @dataclass(eq=False)
@@ -98,6 +105,8 @@ async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
             deadline=deadline,
             stdout_max_bytes=caps.stdout_max_bytes,
             stderr_max_bytes=caps.stderr_max_bytes,
+            cpu_time_s=caps.cpu_time_s,
+            program_only=caps.program_only,
         )
     finally:
         oom_kills = started.jail.oom_kills()
@@ -147,8 +156,10 @@ def judge(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
 def failed_usage(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
                  response_type: Any) -> Usage | None:  # noqa: ANN401  as in judge
     """The usage a failed run still reports: an `exec` adapter's frame, if
-    it wrote one (it ends the program before it reports), else what the
-    jail measured of the adapter (`Jail.usage`), else None."""
+    it wrote one (it ends the program before it reports); else, for a
+    `run()` mode, the adapter's rusage that the jail reported
+    (`Jail.adapter_usage`); else what the parent read just before its kill
+    (`Outcome.at_kill`); else None."""
     if response_type is ExecResult:
         try:
             reply: ExecResult = decode_single_frame(
@@ -157,8 +168,29 @@ def failed_usage(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
         except RunnerError:
             pass
         else:
-            return reply.usage
-    return None
+            if reply.usage is not None:
+                return reply.usage
+    else:
+        usage = adapter_usage(outcome, jail)
+        if usage is not None:
+            return usage
+    if outcome.at_kill is None:
+        return None
+    user, system, peak = outcome.at_kill
+    return Usage(wall_s=outcome.wall_s, cpu_user_s=user, cpu_sys_s=system,
+                 peak_memory_bytes=peak)
+
+
+def adapter_usage(outcome: Outcome, jail: Jail) -> Usage | None:
+    """A `run()` mode's usage: the adapter's own rusage (the jail's pid 1
+    reaps it and the helper reports it), over the wall time the parent saw
+    from the request's write to the adapter's end."""
+    reported = jail.adapter_usage(outcome.report)
+    if reported is None:
+        return None
+    user, system, peak = reported
+    return Usage(wall_s=outcome.wall_s, cpu_user_s=user, cpu_sys_s=system,
+                 peak_memory_bytes=peak)
 
 
 async def invoke(
@@ -182,7 +214,8 @@ async def invoke(
             started = await start(backend, adapter_argv, limits, temp_root)
         outcome = await serve(started, frame, caps)
         response = judge(outcome, started.jail, caps.stdout_max_bytes, response_type)
-        usage = response.usage if isinstance(response, ExecResult) else None
+        usage = (response.usage if isinstance(response, ExecResult)
+                 else adapter_usage(outcome, started.jail))
         return Result(response, version, usage)
 
 

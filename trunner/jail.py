@@ -111,6 +111,17 @@ class Jail(Protocol):
         """Processes the kernel killed for the run's memory bound (0 where
         there is no per-run memory bound). Call before `release`."""
 
+    def usage_now(self, pgid: int, *, program_only: bool) -> tuple[float, float, int] | None:
+        """While the run's processes live: their CPU time so far (user s,
+        system s) and their largest peak resident set (bytes); with
+        `program_only`, without the adapter's own (an `exec` program's
+        tree). None if it cannot be read."""
+
+    def adapter_usage(self, report: bytes) -> tuple[float, float, int] | None:
+        """After the run: the adapter process's own rusage (user s, system
+        s, max RSS bytes), its reaped children's included, from `report`;
+        None if it was not reported (a kill ended the jail first)."""
+
     async def release(self) -> None:
         """Free what the jail holds on the host (not the jail dir). Call
         once the run is gone."""

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 DRAIN_GRACE_S = 1.0
 #: Largest single read from a pipe.
 READ_CHUNK_BYTES = 1024 * 1024
+#: The closest two polls of a run's CPU time come.
+MIN_CPU_POLL_S = 0.005
 
 
 @dataclass
@@ -45,6 +47,12 @@ class Outcome:
     report: bytes = b""
     failure: Reason | None = None
     detail: str = ""
+    #: Trio seconds from the request's write to the leader's exit (or the
+    #: kill that ended it).
+    wall_s: float = 0.0
+    #: What the run's processes had used when the parent killed them for a
+    #: breach (`Jail.usage_now`), read just before the kill.
+    at_kill: tuple[float, float, int] | None = None
 
     def fail(self, reason: Reason, detail: str) -> None:
         """Record a failure; the first one recorded wins."""
@@ -60,16 +68,25 @@ async def supervise(
     stdout_max_bytes: int,
     stderr_max_bytes: int,
     drain_grace_s: float = DRAIN_GRACE_S,
+    cpu_time_s: float | None = None,
+    program_only: bool = False,
 ) -> Outcome:
     """Feed `request`, drain both streams, and see `child` to its end.
 
     Returns only once the leader is reaped and its group SIGKILLed; on
     cancellation from outside, does the same before `Cancelled` propagates.
-    `deadline` is absolute, on trio's clock.
+    `deadline` is absolute, on trio's clock. With `cpu_time_s`, the run's
+    processes' CPU time is polled (`Jail.usage_now`) and a breach is
+    `cpu_time`. Before a breach's kill, what the run used is read
+    (`Outcome.at_kill`; `program_only` as in `Jail.usage_now`).
     """
     result = Outcome(started_us=child.started_us)
+    began = trio.current_time()
 
     def breach(reason: Reason, detail: str) -> None:
+        if result.failure is None:
+            result.at_kill = child.jail.usage_now(child.pid, program_only=program_only)
+            result.wall_s = trio.current_time() - began
         result.fail(reason, detail)
         child.kill_group()
         nursery.cancel_scope.cancel(reason=reason.value)
@@ -98,6 +115,21 @@ async def supervise(
             await trio.sleep_until(deadline)
             breach(Reason.TIMEOUT, "the wall-clock deadline passed")
 
+    async def watch_cpu(scope: trio.CancelScope, limit: float) -> None:
+        # A poll when the run could first have reached the limit at full
+        # speed on every CPU: rare while far from it, close together near it.
+        cpus = max(len(os.sched_getaffinity(0)), 1)
+        with scope:
+            used = 0.0
+            while True:
+                await trio.sleep(max((limit - used) / cpus, MIN_CPU_POLL_S))
+                now = child.jail.usage_now(child.pid, program_only=program_only)
+                used = now[0] + now[1] if now is not None else used
+                if used >= limit:
+                    breach(Reason.CPU_TIME, f"the run's processes used more than {limit} s"
+                           " of CPU time")
+                    return
+
     async def drain(
         stream: trio.lowlevel.FdStream, cap: int, buf: bytearray, reason: Reason
     ) -> None:
@@ -115,14 +147,18 @@ async def supervise(
     try:
         async with trio.open_nursery() as nursery:
             # The feeder and the killer have nothing to do once the child exits.
-            until_exit = (trio.CancelScope(), trio.CancelScope())
+            until_exit = (trio.CancelScope(), trio.CancelScope(), trio.CancelScope())
             nursery.start_soon(feed, until_exit[0])
             nursery.start_soon(kill_at, until_exit[1])
+            if cpu_time_s is not None:
+                nursery.start_soon(watch_cpu, until_exit[2], cpu_time_s)
             nursery.start_soon(drain, child.stdout, stdout_max_bytes, result.stdout,
                                Reason.STDOUT_CAP)
             nursery.start_soon(drain, child.stderr, stderr_max_bytes, result.stderr,
                                Reason.STDERR_CAP)
             await child.wait_exit()
+            if result.failure is None:
+                result.wall_s = trio.current_time() - began
             child.kill_group()
             for scope in until_exit:
                 scope.cancel(reason="the worker exited")

@@ -190,7 +190,8 @@ def exec_request(
     # The adapter ends the program at its wall time and reports its usage;
     # the parent's deadline is the backstop, EXEC_DEADLINE_GRACE_S later.
     caps = Caps(limits.wall_time_s + EXEC_DEADLINE_GRACE_S, exec_frame_bytes(
-        limits.stdout_max_bytes, limits.stderr_max_bytes, patterns), limits.stderr_max_bytes)
+        limits.stdout_max_bytes, limits.stderr_max_bytes, patterns), limits.stderr_max_bytes,
+        program_only=True)
     return request, caps
 
 

@@ -140,6 +140,38 @@ class LinuxJail:
     def oom_kills(self) -> int:
         return cgroup.oom_kills(self.memory_cgroup) if self.memory_cgroup else 0
 
+    def usage_now(self, pgid: int, *, program_only: bool) -> tuple[float, float, int] | None:
+        """What the jail's processes used so far (user s, system s, the
+        largest VmHWM in bytes), read from the host's /proc while they run:
+        every descendant of the jail's pid 1 (the helper's child), each with
+        its reaped children's times; `program_only`, without pid 2's own
+        (the `exec` adapter: its children's times are its program's). None
+        if there is no pid 1 to read."""
+        init = _children(pgid)
+        if not init:
+            return None
+        user = system = peak = 0
+        stack = [(pid, True) for pid in _children(init[0])]
+        while stack:
+            pid, top = stack.pop()
+            times = _stat_times(pid)
+            if times is None:
+                continue  # gone while we looked
+            adapter = top and program_only and _ns_pid(pid) == 2
+            if not adapter:
+                user, system = user + times[0], system + times[1]
+                peak = max(peak, _hwm_bytes(pid))
+            user, system = user + times[2], system + times[3]
+            stack.extend((child, False) for child in _children(pid))
+        tick = os.sysconf("SC_CLK_TCK")
+        return user / tick, system / tick, peak
+
+    def adapter_usage(self, report: bytes) -> tuple[float, float, int] | None:
+        usage = parse_report(report)[0].get(abi.USAGE_NOTE)
+        if usage is None or len(usage) != 3:
+            return None
+        return usage[0] / 1e6, usage[1] / 1e6, usage[2] * 1024
+
     def explain(self, exit_code: int, report: bytes, started_us: int) -> Failure | None:
         notes, refusal = parse_report(report)
         if refusal is not None:  # only the helper (and pid 2 before its exec) can write it
@@ -149,6 +181,9 @@ class LinuxJail:
         if exit_code >= 0:
             return None
         sig = -exit_code
+        if sig == signal.SIGXCPU:  # RLIMIT_CPU: a run() mode's adapter is its program
+            return Failure(Reason.CPU_TIME, "killed by SIGXCPU: past the per-process CPU"
+                           " time bound (RLIMIT_CPU)", signal=sig)
         if sig != signal.SIGSYS:
             return Failure(Reason.KILLED_BY_SIGNAL, f"killed by {signal_name(sig)}", signal=sig)
         jail_pid = notes.get(abi.JAIL_PID_NOTE, [self.pgid])[0]
@@ -177,6 +212,48 @@ def _pidfd_of(pid: int, start: int) -> int | None:
         pass
     os.close(pidfd)
     return None
+
+
+def _children(pid: int) -> list[int]:
+    """The children of `pid`'s main thread (/proc/PID/task/PID/children)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+            return [int(child) for child in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _stat_times(pid: int) -> tuple[int, int, int, int] | None:
+    """utime, stime, cutime, cstime of `pid` (clock ticks), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[11]), int(fields[12]), int(fields[13]), int(fields[14])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _status_field(pid: int, name: bytes) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(name + b":"):
+                    return line.split()[1:]
+    except OSError:
+        pass
+    return []
+
+
+def _ns_pid(pid: int) -> int:
+    """`pid`'s pid in its innermost PID namespace (0 if unread)."""
+    ids = _status_field(pid, b"NSpid")
+    return int(ids[-1]) if ids and ids[-1].isdigit() else 0
+
+
+def _hwm_bytes(pid: int) -> int:
+    """`pid`'s peak resident set (VmHWM), in bytes (0 if unread)."""
+    kib = _status_field(pid, b"VmHWM")
+    return int(kib[0]) * 1024 if kib and kib[0].isdigit() else 0
 
 
 def _group_alive(pgid: int) -> bool:

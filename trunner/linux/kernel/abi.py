@@ -46,6 +46,10 @@ INIT_NOTE = b"init"
 #: Note: after a seccomp kill, "jail-pid HOSTPID" of pid 2, for the kernel
 #: log's record (written by trunner-waiter).
 JAIL_PID_NOTE = b"jail-pid"
+#: Note: pid 2's own rusage, as "usage UTIME_US STIME_US MAXRSS_KIB": pid 1
+#: reaps pid 2 with wait4 and trunner-waiter writes it after an exit or a
+#: signal death other than a seccomp kill (a `run()` mode's `Usage`).
+USAGE_NOTE = b"usage"
 
 # -- kernel numbers --------------------------------------------------------------
 
@@ -117,8 +121,10 @@ SCOPE_SIGNAL = 1 << 1
 def c_header() -> str:
     """`abi.h` for waiter.c: the constants C needs, from this file."""
     note = "".join(f"\\{b:03o}" for b in NOTE_MARK + JAIL_PID_NOTE + b" ")
+    usage = "".join(f"\\{b:03o}" for b in NOTE_MARK + USAGE_NOTE + b" ")
     return (
         "/* Generated from trunner/linux/kernel/abi.py at build: do not edit. */\n"
         f"#define TRUNNER_SANDBOX_SETUP_EXIT {SANDBOX_SETUP_EXIT}\n"
         f"#define TRUNNER_JAIL_PID_NOTE \"{note}\"\n"
+        f"#define TRUNNER_USAGE_NOTE \"{usage}\"\n"
     )

@@ -38,6 +38,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,19 +46,25 @@
 
 #define CLD_EXITED_CODE 1   /* waitid si_code of a child that exited */
 static const char NOTE[] = TRUNNER_JAIL_PID_NOTE; /* abi.NOTE_MARK + abi.JAIL_PID_NOTE + " " */
+static const char USAGE[] = TRUNNER_USAGE_NOTE; /* abi.NOTE_MARK + abi.USAGE_NOTE + " " */
 
-static long parse(const char *s, const char **end)
+static long parse_upto(const char *s, const char **end, long most)
 {
     long v = 0;
     int any = 0;
     while (*s >= '0' && *s <= '9') {
+        if (v > (most - (*s - '0')) / 10)
+            return -1;
         v = v * 10 + (*s++ - '0');
         any = 1;
-        if (v > 0x7fffffff)
-            return -1;
     }
     *end = s;
     return any ? v : -1;
+}
+
+static long parse(const char *s, const char **end)
+{
+    return parse_upto(s, end, 0x7fffffff);
 }
 
 static long arg(const char *s)
@@ -158,10 +165,24 @@ static void __attribute__((noreturn)) run_init(void)
             _exit(1); /* no child left before pid 2 was seen: never pid 2's end */
         }
         if (info.si_pid == 2) {
-            char line[32];
-            int n = decimal(line, info.si_code);
+            char line[96];
+            struct rusage ru;
+            int status, n = decimal(line, info.si_code);
             line[n++] = ' ';
             n += decimal(line + n, info.si_status);
+            /* Reap pid 2 for its rusage (its own and its reaped children's):
+             * the helper reports it (a run() mode's usage). Not after a
+             * seccomp kill: pid 2 stays a zombie for the helper to name. */
+            memset(&ru, 0, sizeof ru);
+            if ((info.si_code == CLD_EXITED_CODE || info.si_status != SIGSYS)
+                && wait4(2, &status, 0, &ru) == 2) {
+                line[n++] = ' ';
+                n += decimal(line + n, ru.ru_utime.tv_sec * 1000000L + ru.ru_utime.tv_usec);
+                line[n++] = ' ';
+                n += decimal(line + n, ru.ru_stime.tv_sec * 1000000L + ru.ru_stime.tv_usec);
+                line[n++] = ' ';
+                n += decimal(line + n, ru.ru_maxrss);
+            }
             if (write(0, line, (size_t)n) < 0) {
                 /* the helper is gone: the parent-death signal ends us */
             }
@@ -180,8 +201,8 @@ static void __attribute__((noreturn)) run_init(void)
 
 int main(int argc, char **argv)
 {
-    char end[64], note[sizeof NOTE - 1 + 25];
-    long ends, init, proc, report, code = 0, value = 0, jail = 0;
+    char end[128], note[sizeof USAGE - 1 + 3 * 21];
+    long ends, init, proc, report, code = 0, value = 0, jail = 0, usage[3] = {-1, -1, -1};
     ssize_t got;
     int status;
 
@@ -203,6 +224,23 @@ int main(int argc, char **argv)
             got = 0; /* not pid 1's line: judge by pid 1's own end */
         else if (code != CLD_EXITED_CODE && value == SIGSYS)
             jail = host_pid_of_pid_2((int)proc, init);
+        else {
+            int i;
+            for (i = 0; i < 3 && *rest == ' '; i++)
+                usage[i] = parse_upto(rest + 1, &rest, 0x7fffffffffffffffL);
+        }
+    }
+    if (got > 0 && usage[0] >= 0 && usage[1] >= 0 && usage[2] >= 0) {
+        size_t n = sizeof USAGE - 1;
+        int i;
+        memcpy(note, USAGE, n);
+        for (i = 0; i < 3; i++) {
+            n += (size_t)decimal(note + n, usage[i]);
+            note[n++] = i < 2 ? ' ' : '\n';
+        }
+        if (write((int)report, note, n) < 0) {
+            /* the parent is gone or not reading: the run goes without usage */
+        }
     }
     kill((pid_t)init, SIGKILL); /* the kernel kills (and pid 1 reaps) what is left */
     while (waitpid((pid_t)init, &status, 0) < 0 && errno == EINTR)
