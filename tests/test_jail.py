@@ -229,8 +229,10 @@ async def test_cpu_spin_ends_by_the_cpu_limit(runner: Runner) -> None:
     limits = runner.limits.replace(cpu_time_s=1, wall_time_s=30)
     start = trio.current_time()
     e = await denied(runner, "while True: pass", limits=limits)
-    assert e.reason is Reason.KILLED_BY_SIGNAL
-    assert e.signal in (signal.SIGXCPU, signal.SIGKILL)
+    # The parent's poll of the run's CPU time, or RLIMIT_CPU's SIGXCPU at the
+    # same whole second: either way `cpu_time`, not a signal death.
+    assert e.reason is Reason.CPU_TIME
+    assert e.signal in (signal.SIGXCPU, None)
     assert trio.current_time() - start < 25
 
 

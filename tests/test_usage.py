@@ -261,3 +261,10 @@ def test_a_runner_error_keeps_its_usage_through_pickle() -> None:
     back = pickle.loads(pickle.dumps(e))
     assert back.usage == usage
     assert back.usage.cpu_s == 1.25
+
+
+def test_sub_second_cpu_limits_have_versions_of_their_own() -> None:
+    """0.5 s and 0.7 s share RLIMIT_CPU's backstop (1 s) but not their bound."""
+    runner = Runner()
+    assert (runner.rules_version(Limits(cpu_time_s=0.5))
+            != runner.rules_version(Limits(cpu_time_s=0.7)))

@@ -111,21 +111,24 @@ async def test_disk_fill_by_a_program(runner: Runner) -> None:
 
 @pytest.mark.slow
 async def test_cpu_spin_ignoring_sigxcpu(runner: Runner) -> None:
-    """CPU spin that ignores SIGXCPU: the hard limit SIGKILLs it."""
-    limits = runner.limits.replace(cpu_time_s=1, wall_time_s=30)
+    """CPU spin that ignores SIGXCPU: the parent's poll of the run's CPU time
+    ends it (`cpu_time`), before RLIMIT_CPU's hard limit would SIGKILL it."""
+    limits = runner.limits.replace(cpu_time_s=1.5, wall_time_s=30)
     e = await denied(runner, """
         import signal
         signal.signal(signal.SIGXCPU, signal.SIG_IGN)
         while True: pass
     """, limits=limits)
-    assert e.reason is Reason.KILLED_BY_SIGNAL
-    assert e.signal == signal.SIGKILL
+    assert e.reason is Reason.CPU_TIME
+    assert e.usage is not None and e.usage.cpu_s >= 1.5
 
 
 @pytest.mark.slow
 async def test_cpu_spin_in_a_chain_of_children(runner: Runner) -> None:
-    """CPU limit evasion by forking fresh spinners (RLIMIT_CPU is per process): the wall clock."""
-    limits = runner.limits.replace(cpu_time_s=1, wall_time_s=4)
+    """CPU limit evasion by forking fresh spinners (RLIMIT_CPU is per
+    process): cpu_time_s is the whole run's, so the chain ends `cpu_time`
+    (before, only the wall clock stopped it)."""
+    limits = runner.limits.replace(cpu_time_s=1, wall_time_s=10)
     e = await denied(runner, """
         import time
         while True:
@@ -136,7 +139,8 @@ async def test_cpu_spin_in_a_chain_of_children(runner: Runner) -> None:
                 os._exit(0)
             os.wait()
     """, limits=limits)
-    assert e.reason is Reason.TIMEOUT
+    assert e.reason is Reason.CPU_TIME
+    assert e.usage is not None and 1 <= e.usage.cpu_s < 3
 
 
 @pytest.mark.parametrize(

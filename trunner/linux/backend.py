@@ -402,9 +402,12 @@ class LinuxBackend:
             # What compiled the seccomp filter: the same policy may compile
             # to other bytes under another libseccomp.
             "libseccomp": seccomp.libseccomp_version(),
-            # Enforced by the parent, not the helper.
+            # Enforced by the parent, not the helper (cpu_time_s: polled by the
+            # parent for a run() mode, by the exec adapter for its program;
+            # the plan's RLIMIT_CPU is only its whole-second backstop).
             "parent": {
                 "wall_time_s": limits.wall_time_s,
+                "cpu_time_s": limits.cpu_time_s,
                 "stdout_max_bytes": limits.stdout_max_bytes,
                 "stderr_max_bytes": limits.stderr_max_bytes,
             },
