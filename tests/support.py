@@ -409,6 +409,12 @@ class Unjailed:
     def oom_kills(self) -> int:
         return 0
 
+    def usage_now(self, pgid: int, *, program_only: bool) -> None:
+        return None
+
+    def adapter_usage(self, report: bytes) -> None:
+        return None
+
     async def release(self) -> None:
         pass
 

@@ -57,7 +57,8 @@ def usage_of(e: RunnerError) -> Usage:
 async def test_a_spinner_uses_cpu_close_to_its_wall_time(runner: Runner) -> None:
     result = await runner.exec(py(SPIN.format(s=0.6)))
     usage = result.usage
-    assert usage is not None and usage == result.response.usage
+    assert usage is not None
+    assert usage == result.response.usage
     assert usage.cpu_user_s >= 0.3
     assert 0.5 <= usage.cpu_s < 5
     assert usage.cpu_s >= 0.4 * usage.wall_s  # busy all along, host contention aside

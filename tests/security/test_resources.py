@@ -120,7 +120,8 @@ async def test_cpu_spin_ignoring_sigxcpu(runner: Runner) -> None:
         while True: pass
     """, limits=limits)
     assert e.reason is Reason.CPU_TIME
-    assert e.usage is not None and e.usage.cpu_s >= 1.5
+    assert e.usage is not None
+    assert e.usage.cpu_s >= 1.5
 
 
 @pytest.mark.slow
@@ -140,7 +141,8 @@ async def test_cpu_spin_in_a_chain_of_children(runner: Runner) -> None:
             os.wait()
     """, limits=limits)
     assert e.reason is Reason.CPU_TIME
-    assert e.usage is not None and 1 <= e.usage.cpu_s < 3
+    assert e.usage is not None
+    assert 1 <= e.usage.cpu_s < 3
 
 
 @pytest.mark.parametrize(
