@@ -9,9 +9,13 @@ byte-compiled, which checks its syntax. Then every case, `NAME.in` and
 `NAME.out`, runs in a fresh jail of its own, at most `JOBS` at a time: the
 binary (or source) is placed in the working dir as a file, the input is fed
 on stdin, and the output is compared with the expected one word by word.
-One line per case: its verdict (ok, wrong, timeout, crash, syscall_denied,
-or another trunner reason), the program's time, and how many bytes it
-printed. Exits 0 when every case is ok.
+One line per case: its verdict (ok, wrong, tle_cpu, tle_wall, mle, crash,
+syscall_denied, or another trunner reason), the program's CPU time, its
+wall time and its peak memory (`Usage`, also for a case that failed), and
+how many bytes it printed. A time limit exceeded is told by what ran out:
+`tle_cpu`, the program's CPU time (`cpu_time`: a busy loop), or `tle_wall`,
+its wall time (`timeout`: a program that waits). Exits 0 when every case is
+ok.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from pathlib import Path
 
 import trio
 
-from trunner import ExecFile, Limits, Reason, Runner, RunnerError
+from trunner import ExecFile, Limits, Reason, Runner, RunnerError, Usage
 
 JOBS = 2
 BUILD = Limits(wall_time_s=60, cpu_time_s=60, stdout_max_bytes=16 << 20)
-CASE = Limits(wall_time_s=2, cpu_time_s=4, stdout_max_bytes=64 << 10, processes=8)
+CASE = Limits(wall_time_s=2, cpu_time_s=1, stdout_max_bytes=64 << 10, processes=8)
+#: Verdicts for the reasons a judge names its own way.
+VERDICTS = {Reason.CPU_TIME: "tle_cpu", Reason.TIMEOUT: "tle_wall", Reason.MEMORY_LIMIT: "mle"}
 
 
 @dataclass
@@ -47,8 +53,15 @@ class Case:
 class Row:
     case: str
     verdict: str
-    time: str = "-"
+    usage: Usage | None = None
     output: str = "-"
+
+    def cells(self) -> list[str]:
+        u = self.usage
+        if u is None:
+            return [self.case, self.verdict, "-", "-", "-", self.output]
+        return [self.case, self.verdict, f"{u.cpu_s * 1000:.0f} ms", f"{u.wall_s * 1000:.0f} ms",
+                f"{u.peak_memory_bytes / (1 << 20):.1f} MiB", self.output]
 
 
 async def build(runner: Runner, name: str, code: bytes) -> Program:
@@ -78,20 +91,15 @@ async def run_case(runner: Runner, program: Program, case: Case) -> Row:
         result = await runner.exec(program.argv, stdin=case.input, files=program.files,
                                    limits=CASE)
     except RunnerError as e:
-        if e.reason is Reason.TIMEOUT:
-            return Row(case.name, "timeout", f">{CASE.wall_time_s:.0f} s")
-        return Row(case.name, e.reason.value)
+        return Row(case.name, VERDICTS.get(e.reason, e.reason.value), e.usage)
     done = result.response
-    time, output = f"{done.elapsed_s * 1000:.0f} ms", f"{len(done.stdout)} B"
     if done.signal == signal.SIGSYS:
         verdict = "syscall_denied"
-    elif done.signal == signal.SIGXCPU:
-        verdict = "timeout"
     elif done.signal is not None or done.exit_code != 0:
         verdict = "crash"
     else:
         verdict = "ok" if done.stdout.split() == case.expected.split() else "wrong"
-    return Row(case.name, verdict, time, output)
+    return Row(case.name, verdict, result.usage, f"{len(done.stdout)} B")
 
 
 async def grade(name: str, code: bytes, cases: list[Case]) -> list[Row]:
@@ -117,9 +125,10 @@ def main() -> int:
     cases = [Case(path.stem, path.read_bytes(), path.with_suffix(".out").read_bytes())
              for path in sorted(cases_dir.glob("*.in"))]
     rows = trio.run(grade, source.name, source.read_bytes(), cases)
-    print(f"{'case':<14}{'verdict':<16}{'time':>8}{'output':>9}")
+    line = "{:<14}{:<16}{:>8}{:>9}{:>11}{:>9}".format
+    print(line("case", "verdict", "cpu", "wall", "memory", "output"))
     for row in rows:
-        print(f"{row.case:<14}{row.verdict:<16}{row.time:>8}{row.output:>9}")
+        print(line(*row.cells()))
     ok = sum(row.verdict == "ok" for row in rows)
     print(f"{ok} of {len(rows)} cases ok")
     return 0 if ok == len(rows) else 1

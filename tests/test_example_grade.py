@@ -20,7 +20,7 @@ def grade(submission: str, env: dict[str, str]) -> tuple[int, dict[str, str]]:
         capture_output=True, timeout=120, env=env, cwd=ROOT,
     )
     lines = out.stdout.decode().splitlines()
-    assert lines[1].split() == ["case", "verdict", "time", "output"], out
+    assert lines[1].split() == ["case", "verdict", "cpu", "wall", "memory", "output"], out
     verdicts = dict(line.split()[:2] for line in lines[2:-1])
     return out.returncode, verdicts
 
@@ -35,7 +35,8 @@ def env(jail_root: object) -> dict[str, str]:
 def test_the_correct_c_submission_passes_every_case(env: dict[str, str]) -> None:
     code, verdicts = grade("sum.c", env)
     assert verdicts == dict.fromkeys(
-        ["01-small", "02-empty", "03-negative", "04-long", "05-big", "06-single"], "ok")
+        ["01-small", "02-empty", "03-negative", "04-long", "05-big", "06-single", "07-zero"],
+        "ok")
     assert code == 0
 
 
@@ -44,9 +45,10 @@ def test_the_buggy_python_submission_fails_each_case_its_own_way(env: dict[str, 
     assert verdicts == {
         "01-small": "ok",
         "02-empty": "crash",
-        "03-negative": "timeout",
+        "03-negative": "tle_cpu",
         "04-long": "wrong",
         "05-big": "stdout_cap",
         "06-single": "ok",
+        "07-zero": "tle_wall",
     }
     assert code == 1

@@ -121,7 +121,7 @@ async def test_cpu_spin_ignoring_sigxcpu(runner: Runner) -> None:
     """, limits=limits)
     assert e.reason is Reason.CPU_TIME
     assert e.usage is not None
-    assert e.usage.cpu_s >= 1.5
+    assert e.usage.cpu_s >= 1.35
 
 
 @pytest.mark.slow
@@ -142,7 +142,7 @@ async def test_cpu_spin_in_a_chain_of_children(runner: Runner) -> None:
     """, limits=limits)
     assert e.reason is Reason.CPU_TIME
     assert e.usage is not None
-    assert 1 <= e.usage.cpu_s < 3
+    assert 0.9 <= e.usage.cpu_s < 3
 
 
 @pytest.mark.parametrize(
