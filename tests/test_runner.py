@@ -45,8 +45,12 @@ async def test_exec_mode_runs_a_program_in_the_jail(runner: Runner) -> None:
     result = await runner.exec(["/bin/sh", "-c", "cat; echo err >&2; exit 3"], stdin=b"in\n")
     elapsed = result.response.elapsed_s
     assert 0 < elapsed < 20
+    usage = result.response.usage
+    assert usage is not None
+    assert usage == result.usage
+    assert usage.wall_s == elapsed
     assert result.response == ExecResult(exit_code=3, signal=None, stdout=b"in\n", stderr=b"err\n",
-                                         elapsed_s=elapsed)
+                                         elapsed_s=elapsed, usage=usage)
 
 
 @pytest.mark.parametrize(
