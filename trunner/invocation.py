@@ -214,7 +214,7 @@ async def invoke(
             started = await start(backend, adapter_argv, limits, temp_root)
         outcome = await serve(started, frame, caps)
         response = judge(outcome, started.jail, caps.stdout_max_bytes, response_type)
-        usage = (response.usage if isinstance(response, ExecResult)
+        usage = (response.usage if response_type is ExecResult
                  else adapter_usage(outcome, started.jail))
         return Result(response, version, usage)
 
