@@ -94,12 +94,13 @@ class WorkerPool:
     async def exec(
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> Result[ExecResult]:
         """`Runner.exec` on a prewarmed worker of a `runner.pool("exec")`:
         the same checks, caps and verdict."""
         if self._mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
-        request, caps = workdir.exec_request(argv, stdin, files, collect, self._limits)
+        request, caps = workdir.exec_request(argv, stdin, files, collect, self._limits, env)
         result: Result[ExecResult] = await self._serve(request, caps, ExecResult)
         workdir.check_exec_reply(result.response, self._limits, request.collect)
         return result

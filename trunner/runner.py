@@ -170,6 +170,7 @@ class Runner:
         stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None,
         collect: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
         limits: Limits | None = None,
     ) -> Result[ExecResult]:
         """Run a program inside the jail (`exec` mode), in the jail dir.
@@ -179,16 +180,22 @@ class Runner:
         files `collect` (globs) matches come back in `ExecResult.files`.
         The caps mean the program's own bytes: its stdout and the collected
         files' bytes share `stdout_max_bytes`; the frame around them is
-        allowed for.
+        allowed for. `env` sets variables for the program only, over the
+        jail's PATH, HOME, TMPDIR and LANG (not in the rules version).
+
+        A program that is not found ends with exit code 127, one that cannot
+        be executed with 126, each with one `trunner: NAME: ...` line on its
+        stderr: an ordinary `ExecResult`, as a shell answers.
 
         Raises:
-            RunnerError: `bad_request` for bad files or patterns (trunner.workdir),
-                before anything is spawned; `stdout_cap` when the stdout and
+            RunnerError: `bad_request` for an empty or non-str argv, a non-bytes
+                stdin, bad files, patterns or env (trunner.workdir), before
+                anything is spawned; `stdout_cap` when the stdout and
                 the collected files go over the cap, or more than
                 `EXEC_COLLECT_MAX_FILES` files match; any other `Reason`.
         """
         limits = self._limits(limits)
-        request, caps = workdir.exec_request(argv, stdin, files, collect, limits)
+        request, caps = workdir.exec_request(argv, stdin, files, collect, limits, env)
         result: Result[ExecResult] = await invocation.invoke(
             self._backend, self._adapter_argv("exec"), limits, self.temp_root, request,
             caps, ExecResult)
