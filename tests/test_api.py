@@ -217,3 +217,55 @@ async def test_a_pool_that_cannot_fill_fails_on_entry(tmp_path: Path) -> None:
             entered = True
     assert not entered
     assert info.value.reason is Reason.SPAWN_FAILED
+
+
+TRUNNER = os.path.join(os.path.dirname(sys.executable), "trunner")
+
+
+def cli(*args: str) -> tuple[int, dict[str, object]]:
+    import json
+    import subprocess
+
+    out = subprocess.run([TRUNNER, *args], capture_output=True, timeout=300)
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_the_readme_round_trip_from_the_cli(tmp_path: Path) -> None:
+    import shutil
+
+    if shutil.which("cc") is None:
+        pytest.skip("no cc on this host: the jail binds the host's compiler")
+    src = tmp_path / "main.c"
+    src.write_bytes(b'#include <stdio.h>\nint main(void) { puts("built"); return 3; }\n')
+    out_dir = tmp_path / "out"
+    code, out = cli("exec", "--file", f"main.c={src}", "--collect", "prog",
+                    "--out", str(out_dir), "--", "cc", "-o", "prog", "main.c")
+    assert (code, out["exit_code"]) == (0, 0), out
+    [listed] = out["files"]  # type: ignore[misc]
+    assert listed["path"] == "prog"
+    assert listed["mode"] & 0o111  # the linker's exec bit, kept
+    prog = out_dir / "prog"
+    assert os.stat(prog).st_mode & 0o777 == listed["mode"] & 0o777
+    code, out = cli("exec", "--file", f"prog={prog}", "--text", "--", "./prog")
+    assert code == 0, out
+    assert (out["exit_code"], out["stdout"]) == (3, "built\n")
+
+
+def test_out_restores_modes_without_following_links(tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    victim.chmod(0o600)
+    (out_dir / "tool").symlink_to(victim)
+    code, out = cli("exec", "--collect", "tool", "--out", str(out_dir), "--", "/bin/sh", "-c",
+                    "echo x > tool; chmod 4755 tool")
+    assert code != 0
+    assert "tool" in str(out["detail"])
+    assert victim.read_bytes() == b"keep"
+    assert victim.stat().st_mode & 0o7777 == 0o600
+    (out_dir / "tool").unlink()
+    code, out = cli("exec", "--collect", "tool", "--out", str(out_dir), "--", "/bin/sh", "-c",
+                    "echo x > tool; chmod 4755 tool")
+    assert code == 0, out
+    assert (out_dir / "tool").stat().st_mode & 0o7777 == 0o755  # setuid never restored

@@ -409,12 +409,12 @@ def test_exec_files_in_and_collected_as_base64_or_into_a_dir(tmp_path: Path) -> 
     assert code == 0, out
     assert str(out["stdout"]).startswith("ran\n-rw-r--r--")  # exec bit from the host file
     assert out["files"] == [{"path": "out/x.txt", "size": 5,
-                             "data": base64.b64encode(b"made\n").decode()}]
+                             "data": base64.b64encode(b"made\n").decode(), "mode": 0o644}]
     assert out["unmatched"] == ["none*"]
     dest = tmp_path / "collected"
     code, out = cli(*args, "--out", str(dest), "--", "./bin/prog.sh")
     assert code == 0, out
-    assert out["files"] == [{"path": "out/x.txt", "size": 5,
+    assert out["files"] == [{"path": "out/x.txt", "size": 5, "mode": 0o644,
                              "written": str(dest / "out" / "x.txt")}]
     assert (dest / "out" / "x.txt").read_bytes() == b"made\n"
 

@@ -178,15 +178,18 @@ def _write_files(out_dir: str, files: list[Any]) -> list[dict[str, object]]:
                     fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=dir_fd)
                     os.close(dir_fd)
                     dir_fd = fd
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | nofollow, 0o644,
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | nofollow, 0o600,
                              dir_fd=dir_fd)
                 with open(fd, "wb") as f:
+                    # The jail's permission bits, on the fd (never a link),
+                    # without setuid, setgid or sticky.
+                    os.fchmod(f.fileno(), file.mode & 0o777)
                     f.write(file.data)
             except OSError as e:
                 raise ValueError(f"--out {out_dir!r}: {file.path}: {e.strerror}") from None
             finally:
                 os.close(dir_fd)
-            listed.append({"path": file.path, "size": file.size,
+            listed.append({"path": file.path, "size": file.size, "mode": file.mode,
                            "written": os.path.join(out_dir, file.path)})
     finally:
         os.close(top)
