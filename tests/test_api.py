@@ -269,3 +269,66 @@ def test_out_restores_modes_without_following_links(tmp_path: Path) -> None:
                     "echo x > tool; chmod 4755 tool")
     assert code == 0, out
     assert (out_dir / "tool").stat().st_mode & 0o7777 == 0o755  # setuid never restored
+
+
+# -- a user mode's stdout is the user's ---------------------------------------------
+
+
+async def test_a_user_modes_prints_go_to_stderr_not_the_frame(runner: Runner) -> None:
+    result = await runner.run("children:chatty", 10_000)
+    assert result.response == {"ok": 1}
+    async with runner.pool("children:chatty", size=1) as pool:
+        assert (await pool.run(10_000)).response == {"ok": 1}
+
+
+async def test_a_user_modes_prints_count_against_the_stderr_cap(runner: Runner) -> None:
+    limits = runner.limits.replace(stderr_max_bytes=5_000)
+    with pytest.raises(RunnerError) as info:
+        await runner.run("children:chatty", 10_000, limits=limits)
+    assert info.value.reason is Reason.STDERR_CAP
+
+
+# -- checks before spawning: a mode's attribute, found without importing ------------
+
+
+@pytest.fixture
+def mode_tree(tmp_path: Path) -> Path:
+    """A package whose import would leave a mark: no check may import it."""
+    pkg = tmp_path / "modes" / "marked"
+    (pkg / "sub").mkdir(parents=True)
+    mark = tmp_path / "imported"
+    (pkg / "__init__.py").write_text(f"open({str(mark)!r}, 'w').close()\n")
+    (pkg / "sub" / "__init__.py").write_text(f"open({str(mark)!r}, 'w').close()\n")
+    (pkg / "sub" / "m.py").write_text(
+        "import json\nfrom os import path as p\nif True:\n    def fn(req): return req\n"
+        "try:\n    class K: pass\nexcept Exception:\n    pass\nDATA = 3\nNAME = 'x'\n"
+        "alias = fn\n")
+    (pkg / "lazy.py").write_text("def __getattr__(name): return lambda req: name\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("mode", "ok"), [
+    ("marked.sub.m:fn", True), ("marked.sub.m:K", True), ("marked.sub.m:json", True),
+    ("marked.sub.m:p", True), ("marked.sub.m:alias", True), ("marked.lazy:anything", True),
+    ("marked.sub.m:missing", False), ("marked.sub.m:DATA", False), ("marked.sub.m:NAME", False),
+    ("marked.nope:fn", False), ("marked.sub.m.deeper:fn", False), ("nomodule_xyz:fn", False),
+])
+def test_a_spec_is_checked_without_importing(mode_tree: Path, mode: str, ok: bool) -> None:
+    runner = make_runner(import_paths=[str(mode_tree / "modes")], temp_root=str(mode_tree))
+    if ok:
+        assert runner.resolve_mode(mode) == mode
+    else:
+        with pytest.raises(RunnerError) as info:
+            runner.resolve_mode(mode)
+        assert info.value.reason is Reason.UNKNOWN_MODE
+    assert not (mode_tree / "imported").exists()
+    assert "marked" not in sys.modules
+
+
+async def test_a_missing_attribute_is_unknown_mode_before_spawning(runner: Runner) -> None:
+    with pytest.raises(RunnerError) as info:
+        await runner.run("children:no_such_function", 1)
+    assert info.value.reason is Reason.UNKNOWN_MODE
+    with pytest.raises(RunnerError) as info:
+        runner.pool("children:no_such_function")
+    assert info.value.reason is Reason.UNKNOWN_MODE

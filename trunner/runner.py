@@ -10,7 +10,6 @@ cancellation) leaves `run()`.
 
 from __future__ import annotations
 
-import importlib.machinery
 import os
 import re
 from typing import TYPE_CHECKING, Any, TypeVar, final, overload
@@ -19,6 +18,7 @@ from trunner import invocation, workdir
 from trunner.backend import platform_backend
 from trunner.errors import Reason, RunnerError
 from trunner.limits import Limits
+from trunner.modes import check_spec
 from trunner.protocol import ExecFile, ExecResult
 from trunner.worker import locate_worker
 from trunner.worker.adapters import BUILTIN_MODES
@@ -122,11 +122,9 @@ class Runner:
         if mode in self._entry_points:
             return self._entry_points[mode]
         if _SPEC.match(mode):
-            top = mode.split(":")[0].split(".")[0]
-            search = [*self.import_paths, *_site_paths()]
-            if importlib.machinery.PathFinder.find_spec(top, search) is not None:
-                return mode
-            raise RunnerError(Reason.UNKNOWN_MODE, f"no module {top!r} for mode {mode!r}")
+            # Found and parsed, never imported here: importing runs it unjailed.
+            check_spec(mode, [*self.import_paths, *_site_paths()])
+            return mode
         raise RunnerError(
             Reason.UNKNOWN_MODE,
             f"unknown mode {mode!r}: not built in ({', '.join(BUILTIN_MODES)}), not an entry"
