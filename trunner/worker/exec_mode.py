@@ -183,10 +183,9 @@ def _spawn(argv: list[str], env: Mapping[str, str]) -> tuple[int, int, int, int]
             ENOEXEC, EACCES, a directory, ... (posix_spawnp reports the
             exec's errno here).
     """
-    environ: dict[bytes | str, bytes | str] = dict(posix.environ)
+    environ: dict[bytes, bytes | str] = dict(posix.environ)
     for name, value in env.items():
-        environ.pop(name.encode(), None)
-        environ[name] = value
+        environ[name.encode()] = value
     if "PATH" in env:
         # posix_spawnp searches this process's PATH, not the program's.
         posix.putenv("PATH", env["PATH"])
