@@ -8,12 +8,16 @@ import json
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
 
 from trunner import Limits
 from trunner.cli import LIMIT_ALIASES, limit_flag
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 TRUNNER = os.path.join(os.path.dirname(sys.executable), "trunner")
 
@@ -129,3 +133,37 @@ def test_python_dash_m_trunner_is_the_command() -> None:
     assert (code, out["stdout"]) == (0, "hi\n")
     code, out, _ = run("run", "echo", "--request", "[1]", module=True)
     assert (code, out["response"]) == (0, [1])
+
+
+# -- host problems under the right reason ---------------------------------------------
+
+
+def test_an_unusable_libseccomp_is_a_layer_that_does_not_hold(tmp_path: Path) -> None:
+    """A broken pyseccomp install (one that cannot load libseccomp.so.2, as on
+    a host without libseccomp2) shadows the real one in the parent: doctor
+    says the seccomp layer does not hold, a run fails `sandbox_setup` naming it."""
+    (tmp_path / "pyseccomp.py").write_text(
+        'raise OSError("libseccomp.so.2: cannot open shared object file")\n')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+    def trunner(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([TRUNNER, *args], capture_output=True, text=True, timeout=120,
+                              env=env)
+
+    doctor = trunner("doctor", "--json")
+    assert doctor.returncode == 1, doctor.stderr
+    report = json.loads(doctor.stdout)
+    assert report["can_run"] is False
+    assert report["refusal"] == "sandbox_setup"
+    seccomp = report["layers"]["seccomp"]
+    assert not seccomp["holds"]
+    assert "libseccomp.so.2" in seccomp["detail"]
+    text = trunner("doctor")
+    assert "seccomp: DOES NOT HOLD: libseccomp" in text.stdout
+    assert "Traceback" not in text.stderr
+    done = trunner("exec", "--", "/bin/true")
+    assert done.returncode == 1
+    out = json.loads(done.stdout)
+    assert out["error"] == "sandbox_setup"
+    assert out["detail"].startswith("seccomp: ")
+    assert "libseccomp.so.2" in out["detail"]

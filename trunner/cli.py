@@ -390,6 +390,8 @@ def _layer_text(name: str, layer: dict[str, Any]) -> str:
         where = f" under {layer['cgroup_base']}" if layer["cgroup_base"] else ""
         per_run = ", per run" if layer["per_run"] else ", per uid (kernel before 5.14)"
         return f"{state}: {layer['kind']}{where}{per_run}"
+    if name == "seccomp":
+        return state if layer["holds"] else f"{state}: {layer['detail']}"
     if name in ("memory", "identity"):
         return f"{state}: {layer['detail']}"
     if name == "provider_profile":
