@@ -94,6 +94,12 @@ def test_exit_codes_one_convention() -> None:
     assert (code, out["error"]) == (2, "usage")
     code, out, _ = run("exec", "--file", "/abs=/etc/hostname", "--", "/bin/true")
     assert (code, out["error"]) == (1, "bad_request")  # the runner's refusal
+    code, out, _ = run("run", "echo", "--request", "{bad")
+    assert (code, out["error"]) == (2, "usage")
+    assert str(out["detail"]).startswith("--request: ")
+    code, out, _ = run("run", "echo", "--import-path", "/no/such/dir")
+    assert (code, out["error"]) == (2, "usage")
+    assert str(out["detail"]).startswith("--import-path: ")
 
 
 @pytest.mark.parametrize(("argv", "expected"), [

@@ -206,7 +206,10 @@ async def _run_command(args: argparse.Namespace) -> int:
     own_exit = getattr(args, "exit_code", False)
     try:
         if args.command == "run":
-            runner = Runner(limits=limits, import_paths=args.import_path)
+            try:
+                runner = Runner(limits=limits, import_paths=args.import_path)
+            except ValueError as e:  # an import path that is not a directory
+                raise UsageError(f"--import-path: {e}") from None
             text = sys.stdin.read() if args.request == "-" else args.request
             try:
                 request = msgspec.json.decode(text)
