@@ -108,11 +108,13 @@ async def test_env_reaches_the_program_over_the_jails_own(runner: Runner) -> Non
     assert plain["HOME"] != "/tmp"
 
 
-async def test_a_path_given_is_searched_for_the_program(runner: Runner, tmp_path: Path) -> None:
+async def test_a_path_given_is_searched_for_the_program(runner: Runner) -> None:
+    from trunner.linux.plan import WORKDIR
+
+    # The working dir's path inside the jail is fixed (HOME): its bin is on PATH.
     done = (await runner.exec(["prog"], files={
         "bin/prog": ExecFile(data=b"#!/bin/sh\necho found\n", executable=True)},
-        env={"PATH": "/home/trunner/bin"})).response
-    # The working dir's path inside the jail is fixed (HOME): its bin is on PATH.
+        env={"PATH": f"{WORKDIR}/bin"})).response
     assert (done.exit_code, done.stdout) == (0, b"found\n")
     done = (await runner.exec(["sh", "-c", "true"], env={"PATH": "/nowhere"})).response
     assert done.exit_code == 127
