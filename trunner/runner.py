@@ -219,7 +219,13 @@ class Runner:
         dir, with the same caps, deadline (from the moment the request is
         written) and verdict. Idle workers are ended after `idle_s` without
         use; the pool refills on the next use, in a nursery the `async with`
-        opens in the caller's task.
+        opens in the caller's task. An exception of the body leaves the
+        `async with` as itself; a refill that cannot spawn cancels the body
+        and leaves it as that one `RunnerError`.
+
+        Raises:
+            RunnerError: `unknown_mode`, here; the pool's own failure, from
+                the `async with`.
         """
         from trunner.pool import WorkerPool
 
