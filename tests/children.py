@@ -12,9 +12,13 @@ import time
 from typing import Any
 
 from trunner.protocol import encode_frame
+from trunner.worker.adapters import reply_fd
 
 
-def _out(data: bytes, fd: int = 1) -> None:
+def _out(data: bytes, fd: int | None = None) -> None:
+    """Write `data` to `fd`, by default (and for fd 1) the response pipe: a
+    user mode's fd 1 is the run's stderr, the pipe is elsewhere."""
+    fd = reply_fd() if fd in (None, 1) else fd
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -107,6 +111,7 @@ def status(req: Any) -> dict[str, Any]:
         "sid": os.getsid(0),
         "uid": os.getuid(),
         "pidns": os.readlink("/proc/self/ns/pid"),
+        "reply_fd": reply_fd(),
     }
 
 
@@ -122,7 +127,19 @@ def pid_then_sleep(req: Any) -> None:
 
 
 def run_code(req: str) -> Any:
-    """Run `req` as Python in this worker process; returns the `result` name."""
+    """Run `req` as Python in this worker process; returns the `result` name.
+    Its fd 1 is the response pipe again, as for hostile code that finds it
+    (a snippet's stray output fails the run, as it would any frame)."""
+    os.dup2(reply_fd(), 1)
     scope: dict[str, Any] = {}
     exec(req, scope)
     return scope.get("result")
+
+
+def chatty(req: int) -> dict[str, int]:
+    """print() `req` bytes, and write more to sys.stdout, then reply."""
+    import sys
+
+    print("p" * (req // 2))
+    sys.stdout.write("w" * (req - req // 2 - 1))
+    return {"ok": 1}

@@ -52,7 +52,8 @@ def test_run_with_request_json_and_error_output(tmp_path: Path) -> None:
                     "--timeout", "1")
     assert (code, out["error"]) == (1, "timeout")
     code, out = cli("exec", "--timeout", "-1", "--", "/bin/true")
-    assert (code, out["error"]) == (2, "bad_request")
+    assert (code, out["error"]) == (2, "usage")
+    assert str(out["detail"]).startswith("--timeout: ")  # the flag typed, not $.wall_time_s
 
 
 def test_locate_worker_finds_the_installed_binary() -> None:
@@ -211,7 +212,11 @@ def test_doctor_reports_each_layer_in_json_and_text() -> None:
     assert text.returncode == 0, text.stderr
     lines = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip()
              for line in text.stdout.splitlines() if ":" in line}
-    assert lines["can_run"] == "True"
+    assert lines["can_run"] == "yes"
+    # A person's text: no reprs, no empty fields.
+    assert not any(c in text.stdout for c in "{}[]")
+    assert not any(word in text.stdout.split() for word in ("None", "True", "False"))
+    assert all(value for value in lines.values())
     assert lines["landlock"].startswith(f"holds: ABI {min(kernel, KNOWN_ABI)} in use")
     assert lines["seccomp"] == "holds"
     assert lines["provider_profile"] == "can run"

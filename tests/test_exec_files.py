@@ -409,12 +409,12 @@ def test_exec_files_in_and_collected_as_base64_or_into_a_dir(tmp_path: Path) -> 
     assert code == 0, out
     assert str(out["stdout"]).startswith("ran\n-rw-r--r--")  # exec bit from the host file
     assert out["files"] == [{"path": "out/x.txt", "size": 5,
-                             "data": base64.b64encode(b"made\n").decode()}]
+                             "data": base64.b64encode(b"made\n").decode(), "mode": 0o644}]
     assert out["unmatched"] == ["none*"]
     dest = tmp_path / "collected"
     code, out = cli(*args, "--out", str(dest), "--", "./bin/prog.sh")
     assert code == 0, out
-    assert out["files"] == [{"path": "out/x.txt", "size": 5,
+    assert out["files"] == [{"path": "out/x.txt", "size": 5, "mode": 0o644,
                              "written": str(dest / "out" / "x.txt")}]
     assert (dest / "out" / "x.txt").read_bytes() == b"made\n"
 
@@ -424,9 +424,9 @@ def test_exec_bad_files_are_refused(tmp_path: Path) -> None:
     assert (code, out["error"]) == (1, "bad_request")
     assert "absolute" in str(out["detail"])
     code, out = cli("exec", "--file", "noequals", "--", "/bin/true")
-    assert (code, out["error"]) == (2, "bad_request")
+    assert (code, out["error"]) == (2, "usage")
     code, out = cli("exec", "--file", f"a={tmp_path / 'missing'}", "--", "/bin/true")
-    assert (code, out["error"]) == (2, "bad_request")
+    assert (code, out["error"]) == (2, "usage")
 
 
 # -- the parent trusts nothing it did not ask for (issue 17) ----------------------
@@ -502,7 +502,7 @@ def test_exec_out_never_writes_through_a_symlink(tmp_path: Path, planted: str) -
     code, out = cli("exec", "--collect", "out/*", "--out", str(dest), "--",
                     "/bin/sh", "-c", "mkdir out && echo made > out/x.txt")
     assert code != 0, out
-    assert out["error"] == "bad_request", out
+    assert out["error"] == "usage", out
     # O_NOFOLLOW: ELOOP on a linked file, ENOTDIR on a linked directory.
     assert ("Too many levels of symbolic links" if planted == "file" else "Not a directory") \
         in str(out["detail"]), out

@@ -15,7 +15,7 @@ import trio
 
 from support import denied, plan_for, run_code
 from trunner import Limits, Reason, Runner
-from trunner.cli import _limits_args
+from trunner.cli import _limits, _limits_args
 from trunner.limits import AUTO_ADDRESS_SPACE_BYTES, GiB, MiB
 from trunner.linux.plan import RLIM_INFINITY, MemoryCgroup
 from trunner.linux.probe import probe_host
@@ -41,8 +41,9 @@ def test_auto_is_the_default_and_accepted_everywhere() -> None:
     assert Limits(address_space_bytes=2 * GiB).replace(address_space_bytes="auto") == Limits()
     parser = argparse.ArgumentParser()
     _limits_args(parser)
-    assert parser.parse_args(["--memory", "auto"]).memory == "auto"
-    assert parser.parse_args(["--memory", str(GiB)]).memory == GiB
+    for flag in ("--memory", "--address-space-bytes"):
+        assert _limits(parser.parse_args([flag, "auto"])).address_space_bytes == "auto"
+        assert _limits(parser.parse_args([flag, str(GiB)])).address_space_bytes == GiB
     for bad in ("Auto", "auto ", "", "none", True, 1.5):
         with pytest.raises(ValueError, match="address_space_bytes"):
             Limits.from_mapping({"address_space_bytes": bad})

@@ -164,7 +164,7 @@ exec_requests = st.builds(
     stderr_max_bytes=st.integers(0, 2**40),
 )
 collected = st.builds(CollectedFile, path=paths, size=st.integers(INT64_MIN, 2**63 - 1),
-                      data=st.binary(max_size=32))
+                      data=st.binary(max_size=32), mode=st.integers(0, 0o7777))
 
 
 @settings(max_examples=300, deadline=None)
@@ -185,7 +185,7 @@ def test_exec_reply_decodes_strictly_into_exec_result(
     code: int, out: bytes, err: bytes, files: list[CollectedFile], unmatched: list[str],
     elapsed_s: float,
 ) -> None:
-    maps = [{"path": f.path, "size": f.size, "data": f.data} for f in files]
+    maps = [{"path": f.path, "size": f.size, "data": f.data, "mode": f.mode} for f in files]
     reply = exec_mode.result(code, out, err, maps, unmatched, elapsed_s)
     expected = ExecResult(exit_code=code if code >= 0 else None,
                           signal=-code if code < 0 else None, stdout=out, stderr=err,

@@ -1,52 +1,123 @@
 """The `trunner` command: run a mode, exec a program, or check this host.
 
 Output is one JSON object on stdout. Bytes are base64 strings (msgspec's
-JSON encoding) unless `--text` asks for UTF-8 text. On a `RunnerError` it
-prints `{"error": REASON, "detail": ...}` and exits 1. SIGTERM or SIGINT
-cancels the run, which cleans up; it then prints `{"error": "signal", ...}`
-and exits 128 + the signal.
+JSON encoding) unless `--text` asks for UTF-8 text.
+
+Exit codes, one convention:
+
+- 0: the run gave its answer (`exec`: whatever the program's own exit);
+- 1: a `RunnerError`: `{"error": REASON, "detail": ...}`;
+- 2: a usage error: argparse's own (on stderr), or a value it could not
+  check (`{"error": "usage", "detail": ...}` naming the flag);
+- 128 + n: SIGTERM or SIGINT (n) cancelled the run, which cleaned up:
+  `{"error": "signal", "detail": "cancelled by SIGTERM"}`.
+
+`trunner exec --exit-code` exits with the program's own code instead (128 +
+n when a signal n killed it, 127 not found, 126 cannot execute, as a shell),
+and trunner's own failures then use the codes `timeout` uses: 124 the
+wall-clock limit, 125 anything else trunner could not do (a usage error, any
+other `RunnerError`). The JSON on stdout tells which: it has `"error"` only
+when trunner failed.
+
+Every `Limits` field has a flag with its unit in its name, generated from
+the fields (`--wall-time-s`, `--memory-bytes`, ...). The older flags stay as
+aliases: `--timeout` (`--wall-time-s`), `--cpu` (`--cpu-time-s`),
+`--stdout-cap`, `--stderr-cap`, and `--memory`, which is
+`--address-space-bytes` (RLIMIT_AS per process), not `--memory-bytes` (the
+run's memory cgroup).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
+#: Exit codes (see the module's docstring).
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+#: With `exec --exit-code`: trunner's own failures, as `timeout` answers.
+EXIT_OWN_TIMEOUT = 124
+EXIT_OWN_FAILURE = 125
+
+#: Flags older than the generated ones, kept with their meaning.
+LIMIT_ALIASES: dict[str, tuple[str, ...]] = {
+    "wall_time_s": ("--timeout",),
+    "stdout_max_bytes": ("--stdout-cap",),
+    "stderr_max_bytes": ("--stderr-cap",),
+    "cpu_time_s": ("--cpu",),
+    "address_space_bytes": ("--memory",),
+}
+
+
+class UsageError(Exception):
+    """A value on the command line that cannot be used; names the flag."""
+
+
+def limit_flag(field: str) -> str:
+    """The generated flag of a `Limits` field: its name, dashed."""
+    return "--" + field.replace("_", "-")
+
+
+class _LimitAction(argparse.Action):
+    """Records a Limits field's raw value and the flag it was given as."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:  # noqa: ANN401
+        given: dict[str, tuple[str, str]] = getattr(namespace, "limit_flags", None) or {}
+        given[self.dest] = (option_string or limit_flag(self.dest), values)
+        namespace.limit_flags = given
+
 
 def _limits_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--timeout", type=float, help="wall-clock limit, seconds")
-    parser.add_argument("--stdout-cap", type=int, help="stdout cap, bytes")
-    parser.add_argument("--stderr-cap", type=int, help="stderr cap, bytes")
-    parser.add_argument("--cpu", type=int, help="CPU time limit, seconds")
-    parser.add_argument("--memory", type=_bytes_or_auto,
-                        help="address-space limit (RLIMIT_AS), bytes, or 'auto' (the default:"
-                             " none where the run has a memory cgroup, else 1 GiB)")
-    parser.add_argument("--processes", type=int, help="process limit")
+    from trunner.limits import Limits
+
+    group = parser.add_argument_group("limits (every field of trunner.Limits)")
+    defaults = Limits()
+    for field in Limits.__struct_fields__:
+        flags = (limit_flag(field), *(a for a in LIMIT_ALIASES.get(field, ())
+                                      if a != limit_flag(field)))
+        note = {"address_space_bytes": " (RLIMIT_AS per process; alias --memory), or 'auto'",
+                "memory_bytes": " (the run's memory cgroup, as root)"}.get(field, "")
+        group.add_argument(*flags, dest=field, action=_LimitAction, metavar="N",
+                           default=argparse.SUPPRESS,
+                           help=f"Limits.{field}{note}; default {getattr(defaults, field)!r}")
 
 
-def _bytes_or_auto(text: str) -> int | str:
-    return text if text == "auto" else int(text)
+def _number(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 def _limits(args: argparse.Namespace) -> Any:  # noqa: ANN401
+    """The Limits the flags give; a bad value is a `UsageError` naming the flag."""
+    import re
+
     from trunner.limits import Limits
 
-    changes = {
-        name: value
-        for name, value in (
-            ("wall_time_s", args.timeout),
-            ("stdout_max_bytes", args.stdout_cap),
-            ("stderr_max_bytes", args.stderr_cap),
-            ("cpu_time_s", args.cpu),
-            ("address_space_bytes", args.memory),
-            ("processes", args.processes),
-        )
-        if value is not None
-    }
-    return Limits.from_mapping(changes)
+    given: dict[str, tuple[str, str]] = getattr(args, "limit_flags", None) or {}
+    try:
+        return Limits.from_mapping({field: _number(raw) for field, (_, raw) in given.items()})
+    except (msgspec.ValidationError, ValueError) as e:
+        text = str(e)
+
+        def flag(match: re.Match[str]) -> str:
+            field = match.group(match.lastindex or 1)
+            return given[field][0] if field in given else limit_flag(field)
+
+        at = re.fullmatch(r"(.*) - at `\$\.(\w+)`", text, re.DOTALL)
+        if at is not None:
+            raise UsageError(f"{flag(at)}: {at.group(1)}") from None
+        named = re.sub(r"`\$\.(\w+)`", lambda m: flag(m), text)
+        if named == text:  # a rule over several fields (no path): name them all
+            named = f"{text} (given: {', '.join(f for f, _ in given.values())})"
+        raise UsageError(named) from None
 
 
 def _print(obj: object) -> None:
@@ -54,9 +125,28 @@ def _print(obj: object) -> None:
     sys.stdout.flush()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, exiting `usage_exit` on an error (125 under `exec --exit-code`)."""
+
+    usage_exit = EXIT_USAGE
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(self.usage_exit, f"{self.prog}: error: {message}\n")
+
+
+def _wants_exit_code(argv: list[str]) -> bool:
+    head = argv[: argv.index("--")] if "--" in argv else argv
+    return bool(head) and head[0] == "exec" and "--exit-code" in head
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="trunner", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    argv = sys.argv[1:] if argv is None else argv
+    own_exit = _wants_exit_code(argv)
+    _Parser.usage_exit = EXIT_OWN_FAILURE if own_exit else EXIT_USAGE
+    parser = _Parser(prog="trunner", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run a worker mode on one request")
     run.add_argument("mode")
     run.add_argument("--request", default="null", help="the request as JSON, or - for stdin")
@@ -71,7 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--collect", action="append", default=[], metavar="GLOB",
                     help="return the files GLOB matches after the program exits (repeatable)")
     ex.add_argument("--out", metavar="DIR",
-                    help="write collected files under DIR instead of into the JSON")
+                    help="write collected files under DIR (with their permission bits)"
+                         " instead of into the JSON")
+    ex.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set NAME for the program (repeatable; over PATH, HOME, TMPDIR, LANG)")
+    ex.add_argument("--exit-code", action="store_true",
+                    help="exit with the program's own code; trunner's failures then exit 124"
+                         " (wall-clock limit) or 125")
     _limits_args(ex)
     ex.add_argument("argv", nargs="+")
     doctor = sub.add_parser("doctor", help="what this host supports; exit 0 if a run would work")
@@ -81,11 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         return _doctor(args.json)
     import trio
 
+    usage_exit = EXIT_OWN_FAILURE if own_exit else EXIT_USAGE
     try:
         return trio.run(_run, args)
-    except ValueError as e:  # bad limits or request
-        _print({"error": "bad_request", "detail": str(e)})
-        return 2
+    except UsageError as e:
+        _print({"error": "usage", "detail": str(e)})
+        print(f"trunner: error: {e}", file=sys.stderr)
+        return usage_exit
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -101,36 +199,61 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _run_command(args: argparse.Namespace) -> int:
-    from trunner.errors import RunnerError
+    from trunner.errors import Reason, RunnerError
     from trunner.runner import Runner
 
     limits = _limits(args)
+    own_exit = getattr(args, "exit_code", False)
     try:
         if args.command == "run":
-            runner = Runner(limits=limits, import_paths=args.import_path)
+            try:
+                runner = Runner(limits=limits, import_paths=args.import_path)
+            except ValueError as e:  # an import path that is not a directory
+                raise UsageError(f"--import-path: {e}") from None
             text = sys.stdin.read() if args.request == "-" else args.request
-            result: Any = await runner.run(args.mode, msgspec.json.decode(text))
+            try:
+                request = msgspec.json.decode(text)
+            except msgspec.DecodeError as e:
+                raise UsageError(f"--request: not JSON: {e}") from None
+            result: Any = await runner.run(args.mode, request)
             _print({"response": result.response, "rules_version": result.rules_version})
-        else:
-            runner = Runner(limits=limits)
-            res = await runner.exec(args.argv, stdin=args.stdin.encode(),
-                                    files=_read_files(args.file), collect=args.collect)
-            out: dict[str, object] = msgspec.structs.asdict(res.response)
-            if args.out is not None:
-                out["files"] = _write_files(args.out, res.response.files)
-            if args.text:
-                out["stdout"] = res.response.stdout.decode(errors="replace")
-                out["stderr"] = res.response.stderr.decode(errors="replace")
-            out["rules_version"] = res.rules_version
-            _print(out)
+            return 0
+        files, env = _read_files(args.file), _read_env(args.env)
+        runner = Runner(limits=limits)
+        res = await runner.exec(args.argv, stdin=args.stdin.encode(), files=files,
+                                collect=args.collect, env=env)
+        out: dict[str, object] = msgspec.structs.asdict(res.response)
+        if args.out is not None:
+            out["files"] = _write_files(args.out, res.response.files)
+        if args.text:
+            out["stdout"] = res.response.stdout.decode(errors="replace")
+            out["stderr"] = res.response.stderr.decode(errors="replace")
+        out["rules_version"] = res.rules_version
+        _print(out)
+        if own_exit:
+            done = res.response
+            return done.exit_code if done.exit_code is not None else 128 + (done.signal or 0)
+        return 0
     except RunnerError as e:
         _print({"error": e.reason.value, "detail": e.detail})
-        return 1
-    return 0
+        if own_exit:
+            return EXIT_OWN_TIMEOUT if e.reason is Reason.TIMEOUT else EXIT_OWN_FAILURE
+        return EXIT_ERROR
+
+
+def _read_env(specs: list[str]) -> dict[str, str]:
+    """`--env NAME=VALUE` items (the value may hold `=`; the last one given wins)."""
+    env: dict[str, str] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--env {spec!r}: expected NAME=VALUE")
+        env[name] = value
+    return env
 
 
 def _read_files(specs: list[str]) -> dict[str, Any]:
-    """`--file NAME=PATH` items as `Runner.exec` files (ValueError: bad_request)."""
+    """`--file NAME=PATH` items as `Runner.exec` files (a `UsageError` names the flag)."""
     import os
 
     from trunner.protocol import ExecFile
@@ -139,15 +262,15 @@ def _read_files(specs: list[str]) -> dict[str, Any]:
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
-            raise ValueError(f"--file {spec!r}: expected NAME=PATH")
+            raise UsageError(f"--file {spec!r}: expected NAME=PATH")
         try:
             with open(path, "rb") as f:
                 data = f.read()
                 executable = bool(os.fstat(f.fileno()).st_mode & 0o111)
         except OSError as e:
-            raise ValueError(f"--file {spec!r}: {e.strerror}") from None
+            raise UsageError(f"--file {spec!r}: {e.strerror}") from None
         if name in files:
-            raise ValueError(f"--file {name!r} is given twice")
+            raise UsageError(f"--file {name!r} is given twice")
         files[name] = ExecFile(data=data, executable=executable)
     return files
 
@@ -165,7 +288,7 @@ def _write_files(out_dir: str, files: list[Any]) -> list[dict[str, object]]:
         os.makedirs(out_dir, exist_ok=True)
         top = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
-        raise ValueError(f"--out {out_dir!r}: {e.strerror}") from None
+        raise UsageError(f"--out {out_dir!r}: {e.strerror}") from None
     listed: list[dict[str, object]] = []
     try:
         for file in files:
@@ -178,15 +301,18 @@ def _write_files(out_dir: str, files: list[Any]) -> list[dict[str, object]]:
                     fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=dir_fd)
                     os.close(dir_fd)
                     dir_fd = fd
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | nofollow, 0o644,
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | nofollow, 0o600,
                              dir_fd=dir_fd)
                 with open(fd, "wb") as f:
+                    # The jail's permission bits, on the fd (never a link),
+                    # without setuid, setgid or sticky.
+                    os.fchmod(f.fileno(), file.mode & 0o777)
                     f.write(file.data)
             except OSError as e:
-                raise ValueError(f"--out {out_dir!r}: {file.path}: {e.strerror}") from None
+                raise UsageError(f"--out {out_dir!r}: {file.path}: {e.strerror}") from None
             finally:
                 os.close(dir_fd)
-            listed.append({"path": file.path, "size": file.size,
+            listed.append({"path": file.path, "size": file.size, "mode": file.mode,
                            "written": os.path.join(out_dir, file.path)})
     finally:
         os.close(top)
@@ -218,7 +344,9 @@ def _doctor(as_json: bool) -> int:
     else:
         for key, value in report.items():
             if key not in ("layers", "memory_bounds"):
-                print(f"{key:>20}: {value}")
+                text = _plain(value)
+                if text:  # an empty field is left out, not printed empty
+                    print(f"{key:>20}: {text}")
         if layers:
             print(f"{'layers':>20}: what holds on this host")
         for name, layer in layers.items():
@@ -230,6 +358,22 @@ def _doctor(as_json: bool) -> int:
         for bound in bounds:  # type: ignore[attr-defined]
             print(f"{bound['what']:>20}: {bound['bound']}")
     return 0 if ok else 1
+
+
+def _plain(value: object) -> str:
+    """A report value in words: no Python reprs ('' for an empty one)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(t for t in map(_plain, value) if t)
+    if isinstance(value, dict):
+        if set(value) >= {"kind", "cgroup_base"}:  # a ProcessLimit
+            where = f" under {value['cgroup_base']}" if value["cgroup_base"] else ""
+            return f"{value['kind']}{where}"
+        return ", ".join(f"{k} {t}" for k, v in value.items() if (t := _plain(v)))
+    return str(value)
 
 
 def _layer_text(name: str, layer: dict[str, Any]) -> str:
@@ -249,6 +393,8 @@ def _layer_text(name: str, layer: dict[str, Any]) -> str:
         where = f" under {layer['cgroup_base']}" if layer["cgroup_base"] else ""
         per_run = ", per run" if layer["per_run"] else ", per uid (kernel before 5.14)"
         return f"{state}: {layer['kind']}{where}{per_run}"
+    if name == "seccomp":
+        return state if layer["holds"] else f"{state}: {layer['detail']}"
     if name in ("memory", "identity"):
         return f"{state}: {layer['detail']}"
     if name == "provider_profile":

@@ -18,11 +18,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from trunner import invocation, workdir
-from trunner.errors import RunnerError
+from trunner.errors import Reason, RunnerError
 from trunner.protocol import ExecFile, ExecResult
-
-#: Pause before retrying a refill that could not spawn.
-REFILL_BACKOFF_S = 1.0
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
@@ -62,20 +59,42 @@ class WorkerPool:
 
     @asynccontextmanager
     async def _running(self) -> AsyncIterator[WorkerPool]:
+        """The refill runs in a nursery of the caller's task, but nothing
+        leaves the `async with` in an ExceptionGroup: the body's own
+        exception leaves as itself; the pool's own failure (a refill that
+        cannot spawn) cancels the body and leaves as one `RunnerError`, the
+        first one (any later one is in its notes)."""
         self._open = True
         self._last_use = trio.current_time()
+        raised: BaseException | None = None
+        failure: RunnerError | None = None
         try:
-            async with trio.open_nursery() as nursery:
-                # Returns once the pool is full (or a spawn failed): warm on entry.
-                await nursery.start(self._refill)
-                try:
-                    yield self
-                finally:
-                    nursery.cancel_scope.cancel(reason="the pool was closed")
+            try:
+                async with trio.open_nursery() as nursery:
+                    # Returns once the pool is full: warm on entry.
+                    await nursery.start(self._refill)
+                    try:
+                        yield self
+                    except BaseException as e:  # re-raised below, outside the nursery
+                        raised = e
+                    finally:
+                        nursery.cancel_scope.cancel(reason="the pool was closed")
+            except BaseExceptionGroup as group:
+                failure = _first_failure(group)
         finally:
             self._open = False
             while self._idle:
                 await invocation.discard(self._idle.popleft())
+        try:
+            if raised is not None and not (failure is not None
+                                           and isinstance(raised, trio.Cancelled)):
+                if failure is not None:
+                    raised.add_note(f"the pool failed too: {failure}")
+                raise raised
+            if failure is not None:
+                raise failure
+        finally:
+            raised = failure = None  # no reference cycle through the frame
 
     @property
     def idle_workers(self) -> int:
@@ -94,12 +113,13 @@ class WorkerPool:
     async def exec(
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> Result[ExecResult]:
         """`Runner.exec` on a prewarmed worker of a `runner.pool("exec")`:
         the same checks, caps and verdict."""
         if self._mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
-        request, caps = workdir.exec_request(argv, stdin, files, collect, self._limits)
+        request, caps = workdir.exec_request(argv, stdin, files, collect, self._limits, env)
         result: Result[ExecResult] = await self._serve(request, caps, ExecResult)
         workdir.check_exec_reply(result.response, self._limits, request.collect)
         return result
@@ -143,16 +163,40 @@ class WorkerPool:
                 announce()
                 await self._wanted.wait()
             elif len(self._idle) < self.size:
-                try:
+                # A refill that cannot spawn ends the pool: its RunnerError
+                # (anything else as internal_error) leaves the `async with`.
+                with invocation.only_runner_errors():
                     started = await invocation.start(self._backend, self._argv, self._limits,
                                                      self._temp_root)
-                except RunnerError:
-                    # run() starts its own worker and reports the reason.
-                    announce()
-                    await trio.sleep(REFILL_BACKOFF_S)
-                    continue
                 self._idle.append(started)
             else:
                 announce()
                 with trio.move_on_at(self._last_use + self.idle_s):
                     await self._wanted.wait()
+
+
+def _first_failure(group: BaseExceptionGroup[BaseException]) -> RunnerError:
+    """The pool's own failure out of its nursery's group: the first
+    `RunnerError` (a refill's), any other exception as `internal_error`;
+    the rest are named in its notes."""
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        e = stack.pop(0)
+        if isinstance(e, BaseExceptionGroup):
+            stack[:0] = e.exceptions
+        elif not isinstance(e, trio.Cancelled):
+            leaves.append(e)
+    if not leaves:  # only Cancelled: not a failure of the pool's
+        raise group
+    first = leaves[0]
+    if isinstance(first, RunnerError):
+        failure = first
+    else:
+        if not isinstance(first, Exception):
+            raise first  # KeyboardInterrupt and the like stay themselves
+        failure = RunnerError(Reason.INTERNAL_ERROR, f"{type(first).__name__}: {first}")
+        failure.__cause__ = first
+    for other in leaves[1:]:
+        failure.add_note(f"also: {type(other).__name__}: {other}")
+    return failure

@@ -19,6 +19,7 @@ import msgspec
 from trunner.errors import Reason, RunnerError
 from trunner.worker.wire import (
     EXEC_COLLECT_MAX_FILES as EXEC_COLLECT_MAX_FILES,
+    EXEC_ENV_MAX_BYTES as EXEC_ENV_MAX_BYTES,
     EXEC_INPUT_MAX_BYTES as EXEC_INPUT_MAX_BYTES,
     EXEC_INPUT_MAX_FILES as EXEC_INPUT_MAX_FILES,
     EXEC_NAME_MAX_BYTES as EXEC_NAME_MAX_BYTES,
@@ -124,6 +125,9 @@ class ExecRequest(msgspec.Struct, tag="exec_request", frozen=True, kw_only=True)
     stdin: bytes = b""
     files: dict[str, ExecFile] = {}
     collect: list[str] = []
+    #: Variables set for the program only, over the jail's PATH, HOME,
+    #: TMPDIR and LANG (not the adapter's; not part of the rules version).
+    env: dict[str, str] = {}
     stdout_max_bytes: int = 1024 * 1024
     stderr_max_bytes: int = 64 * 1024
     #: The program's own wall time (from its start) and its tree's CPU time
@@ -167,6 +171,8 @@ class CollectedFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     path: str
     size: int
     data: bytes
+    #: Its permission bits (`st_mode & 0o7777`) in the jail.
+    mode: int = 0o644
 
 
 class ExecResult(
@@ -206,7 +212,8 @@ def exec_frame_bytes(
     around them. The parent caps the worker's stdout at this, so the caps
     the caller sets mean the program's own bytes."""
     n_files = EXEC_COLLECT_MAX_FILES + 1 if collect else 0
-    worst_file = CollectedFile(path="x" * EXEC_PATH_MAX_BYTES, size=-(2**63), data=b"")
+    worst_file = CollectedFile(path="x" * EXEC_PATH_MAX_BYTES, size=-(2**63), data=b"",
+                               mode=-(2**63))
     worst = ExecResult(exit_code=None, signal=-(2**63), stdout=b"", stderr=b"",
                        files=[worst_file] * n_files, unmatched=list(collect or ()),
                        elapsed_s=0.0, limit="cpu_time",

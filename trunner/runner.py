@@ -10,7 +10,6 @@ cancellation) leaves `run()`.
 
 from __future__ import annotations
 
-import importlib.machinery
 import os
 import re
 from typing import TYPE_CHECKING, Any, TypeVar, final, overload
@@ -19,6 +18,7 @@ from trunner import invocation, workdir
 from trunner.backend import platform_backend
 from trunner.errors import Reason, RunnerError
 from trunner.limits import Limits
+from trunner.modes import check_spec
 from trunner.protocol import ExecFile, ExecResult
 from trunner.worker import locate_worker
 from trunner.worker.adapters import BUILTIN_MODES
@@ -122,11 +122,9 @@ class Runner:
         if mode in self._entry_points:
             return self._entry_points[mode]
         if _SPEC.match(mode):
-            top = mode.split(":")[0].split(".")[0]
-            search = [*self.import_paths, *_site_paths()]
-            if importlib.machinery.PathFinder.find_spec(top, search) is not None:
-                return mode
-            raise RunnerError(Reason.UNKNOWN_MODE, f"no module {top!r} for mode {mode!r}")
+            # Found and parsed, never imported here: importing runs it unjailed.
+            check_spec(mode, [*self.import_paths, *_site_paths()])
+            return mode
         raise RunnerError(
             Reason.UNKNOWN_MODE,
             f"unknown mode {mode!r}: not built in ({', '.join(BUILTIN_MODES)}), not an entry"
@@ -170,6 +168,7 @@ class Runner:
         stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None,
         collect: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
         limits: Limits | None = None,
     ) -> Result[ExecResult]:
         """Run a program inside the jail (`exec` mode), in the jail dir.
@@ -179,16 +178,22 @@ class Runner:
         files `collect` (globs) matches come back in `ExecResult.files`.
         The caps mean the program's own bytes: its stdout and the collected
         files' bytes share `stdout_max_bytes`; the frame around them is
-        allowed for.
+        allowed for. `env` sets variables for the program only, over the
+        jail's PATH, HOME, TMPDIR and LANG (not in the rules version).
+
+        A program that is not found ends with exit code 127, one that cannot
+        be executed with 126, each with one `trunner: NAME: ...` line on its
+        stderr: an ordinary `ExecResult`, as a shell answers.
 
         Raises:
-            RunnerError: `bad_request` for bad files or patterns (trunner.workdir),
-                before anything is spawned; `stdout_cap` when the stdout and
+            RunnerError: `bad_request` for an empty or non-str argv, a non-bytes
+                stdin, bad files, patterns or env (trunner.workdir), before
+                anything is spawned; `stdout_cap` when the stdout and
                 the collected files go over the cap, or more than
                 `EXEC_COLLECT_MAX_FILES` files match; any other `Reason`.
         """
         limits = self._limits(limits)
-        request, caps = workdir.exec_request(argv, stdin, files, collect, limits)
+        request, caps = workdir.exec_request(argv, stdin, files, collect, limits, env)
         result: Result[ExecResult] = await invocation.invoke(
             self._backend, self._adapter_argv("exec"), limits, self.temp_root, request,
             caps, ExecResult)
@@ -214,7 +219,13 @@ class Runner:
         dir, with the same caps, deadline (from the moment the request is
         written) and verdict. Idle workers are ended after `idle_s` without
         use; the pool refills on the next use, in a nursery the `async with`
-        opens in the caller's task.
+        opens in the caller's task. An exception of the body leaves the
+        `async with` as itself; a refill that cannot spawn cancels the body
+        and leaves it as that one `RunnerError`.
+
+        Raises:
+            RunnerError: `unknown_mode`, here; the pool's own failure, from
+                the `async with`.
         """
         from trunner.pool import WorkerPool
 

@@ -11,6 +11,7 @@ trunner/worker/exec_mode.py, which the jailed adapter imports without msgspec.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ from trunner.errors import Reason, RunnerError
 from trunner.invocation import Caps, only_runner_errors
 from trunner.protocol import (
     EXEC_COLLECT_MAX_FILES,
+    EXEC_ENV_MAX_BYTES,
     EXEC_INPUT_MAX_BYTES,
     EXEC_INPUT_MAX_FILES,
     EXEC_NAME_MAX_BYTES,
@@ -75,11 +77,13 @@ def check_files(
     """The files to place, normalised; refused with `bad_request` when a path
     is bad or repeated, a file is both a file and a directory, a file is over
     `file_size_bytes` (the jail's RLIMIT_FSIZE), or there are more than
-    `EXEC_INPUT_MAX_FILES` files or `EXEC_INPUT_MAX_BYTES` with stdin."""
+    `EXEC_INPUT_MAX_FILES` files or `EXEC_INPUT_MAX_BYTES` with stdin
+    (stdin alone too)."""
+    if files is not None and not isinstance(files, Mapping):
+        raise _refuse(f"files must be a mapping of path to bytes or ExecFile, not a"
+                      f" {type(files).__name__}")
     if not files:
-        return {}
-    if not isinstance(files, Mapping):
-        raise _refuse("files must be a mapping of path to bytes or ExecFile")
+        files = {}
     if len(files) > EXEC_INPUT_MAX_FILES:
         raise _refuse(f"{len(files)} files, over the bound of {EXEC_INPUT_MAX_FILES}")
     out: dict[str, ExecFile] = {}
@@ -108,6 +112,63 @@ def check_files(
             if parent in out:
                 raise _refuse(f"{parent!r} is given as a file and as the directory of {norm!r}")
             parent = parent.rpartition("/")[0]
+    return out
+
+
+def check_argv(argv: Sequence[str]) -> list[str]:
+    """The program's argv: a non-empty sequence of str without NUL bytes."""
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
+        raise _refuse(f"argv must be a sequence of str, not a {type(argv).__name__}")
+    if not argv:
+        raise _refuse("argv is empty: it must name the program")
+    for i, item in enumerate(argv):
+        if not isinstance(item, str):
+            raise _refuse(f"argv[{i}] is a {type(item).__name__}, not a str")
+        if "\0" in item:
+            raise _refuse(f"argv[{i}] contains a NUL byte")
+    if not argv[0]:
+        raise _refuse("argv[0] is empty: it must name the program")
+    return list(argv)
+
+
+def check_stdin(stdin: bytes) -> bytes:
+    """The program's stdin: bytes (a bytearray or memoryview is copied)."""
+    if isinstance(stdin, (bytearray, memoryview)):
+        stdin = bytes(stdin)
+    if not isinstance(stdin, bytes):
+        raise _refuse(f"stdin must be bytes, not a {type(stdin).__name__}")
+    return stdin
+
+
+#: What an env name may be: a shell's.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The program's own variables: names `[A-Za-z_][A-Za-z0-9_]*`, str
+    values without NUL, all of them (`NAME=VALUE` and a NUL each, UTF-8)
+    within `EXEC_ENV_MAX_BYTES`. Nothing is reserved: they reach the
+    program only, never the adapter or the helper."""
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise _refuse(f"env must be a mapping of str to str, not a {type(env).__name__}")
+    out: dict[str, str] = {}
+    total = 0
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise _refuse(f"env name {name!r} is not [A-Za-z_][A-Za-z0-9_]*")
+        if not isinstance(value, str):
+            raise _refuse(f"env {name}: the value is a {type(value).__name__}, not a str")
+        if "\0" in value:
+            raise _refuse(f"env {name}: the value contains a NUL byte")
+        try:
+            total += len(name) + len(value.encode()) + 2
+        except UnicodeEncodeError:
+            raise _refuse(f"env {name}: the value is not valid UTF-8") from None
+        out[name] = value
+    if total > EXEC_ENV_MAX_BYTES:
+        raise _refuse(f"env is {total} bytes, over the bound of {EXEC_ENV_MAX_BYTES}")
     return out
 
 
@@ -166,22 +227,26 @@ def matches(pattern: str, path: str) -> bool:
 
 def exec_request(
     argv: Sequence[str], stdin: bytes, files: Mapping[str, bytes | ExecFile] | None,
-    collect: Sequence[str], limits: Limits,
+    collect: Sequence[str], limits: Limits, env: Mapping[str, str] | None = None,
 ) -> tuple[ExecRequest, Caps]:
     """A checked `exec` request, and the caps the parent enforces for it.
+    `Runner.exec` and `WorkerPool.exec` both come here.
 
     Raises:
         RunnerError: `bad_request`, before anything is spawned.
     """
     with only_runner_errors():
+        checked_argv = check_argv(argv)
+        stdin = check_stdin(stdin)
         placed = check_files(files, stdin_bytes=len(stdin),
-                                     file_size_bytes=limits.file_size_bytes)
+                             file_size_bytes=limits.file_size_bytes)
         patterns = check_patterns(collect)
         request = ExecRequest(
-            argv=list(argv),
+            argv=checked_argv,
             stdin=stdin,
             files=placed,
             collect=patterns,
+            env=check_env(env),
             stdout_max_bytes=limits.stdout_max_bytes,
             stderr_max_bytes=limits.stderr_max_bytes,
             wall_time_s=limits.wall_time_s,

@@ -381,7 +381,10 @@ class LinuxBackend:
         done = self._prepared.get(limits)
         if done is None:
             if self._bpf is None:
-                self._bpf = seccomp.build_bpf(self.profile.seccomp)
+                try:
+                    self._bpf = seccomp.build_bpf(self.profile.seccomp)
+                except RuntimeError as e:  # libseccomp unusable: a layer that does not hold
+                    raise RunnerError(Reason.SANDBOX_SETUP, f"seccomp: {e}") from e
             paths = self.host_paths()
             plan = plan_jail(limits, self.probe(), paths, self.profile,
                              import_paths=self.import_paths, parent_pid=os.getpid(),

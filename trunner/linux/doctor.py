@@ -17,10 +17,12 @@ if TYPE_CHECKING:
     from trunner.jail import HostSupport
 
 
-def host_layers(host: HostSupport, landlock_abi: int | None = None) -> dict[str, dict[str, Any]]:
+def host_layers(host: HostSupport, landlock_abi: int | None = None,
+                libseccomp: str | None = None) -> dict[str, dict[str, Any]]:
     """What holds on `host`, layer by layer (`trunner doctor`). Pure.
 
-    `landlock_abi` is a cap on the ABI used, as `LinuxBackend(landlock_abi=)`.
+    `landlock_abi` is a cap on the ABI used, as `LinuxBackend(landlock_abi=)`;
+    `libseccomp` why libseccomp cannot compile the filter, if it cannot.
     Each layer has `holds` (a run needs every one); Landlock lists each
     feature the ABI in use has, and for each it lacks, what covers it.
     """
@@ -48,7 +50,12 @@ def host_layers(host: HostSupport, landlock_abi: int | None = None) -> dict[str,
             "features": features,
             "covered_by_other_layers": without,
         },
-        "seccomp": {"holds": host.seccomp_filter},
+        "seccomp": {
+            "holds": host.seccomp_filter and libseccomp is None,
+            "detail": ("" if host.seccomp_filter and libseccomp is None else
+                       "the kernel has no seccomp filters" if not host.seccomp_filter else
+                       f"libseccomp cannot compile the filter: {libseccomp}"),
+        },
         "process_limit": {
             "holds": limit is not None,
             "kind": None if limit is None else limit.kind,
@@ -140,5 +147,8 @@ def memory_bounds(host: HostSupport) -> list[dict[str, str]]:
 def host_report() -> dict[str, Any]:
     """`trunner doctor`'s view of this host: what holds, layer by layer,
     and what bounds a run's memory."""
+    from trunner.linux.seccomp import libseccomp_problem
+
     host = probe_host()
-    return {"layers": host_layers(host), "memory_bounds": memory_bounds(host)}
+    return {"layers": host_layers(host, libseccomp=libseccomp_problem()),
+            "memory_bounds": memory_bounds(host)}

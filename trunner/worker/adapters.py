@@ -8,6 +8,13 @@ msgspec, imported only then, so it may return anything msgspec encodes
 (Structs, dataclasses, datetimes). An exception exits 1 with its traceback
 on stderr and no frame. After the frame is written the process leaves with
 `posix._exit(0)`, skipping interpreter teardown.
+
+A user mode's stdout is the user's: before its module is imported, the
+response pipe (fd 1) moves to a private descriptor (close-on-exec) and fd 1
+becomes a copy of stderr, so `print()` and `sys.stdout` writes land on the
+run's stderr (within its cap) and never in the frame. Code in the same
+process could still find that descriptor: this keeps stray output out of
+the frame, it is no wall (a user mode writes its own reply anyway).
 """
 
 import posix
@@ -20,6 +27,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 BUILTIN_MODES = ("echo", "exec")
+
+#: Where the reply frame goes: fd 1, or where a user mode moved it.
+_reply_fd = 1
 
 
 def echo(request: object) -> object:
@@ -39,10 +49,32 @@ def serve(mode: str) -> int:
         # The interpreter's own display, in C: no import (the exec mode
         # refuses any once its program has started).
         sys.excepthook(*sys.exc_info())
-        sys.stderr.flush()
+        _flush()
         posix._exit(1)
-    _write_all(1, reply)
+    _flush()  # a user mode's print()s, now on stderr, before the frame ends the run
+    _write_all(_reply_fd, reply)
     posix._exit(0)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105  contextlib is one more import
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def reply_fd() -> int:
+    """The descriptor the reply frame goes to (fd 1 for a built-in mode). A
+    user mode that writes its own frame, as tests/children.py does, uses it."""
+    return _reply_fd
+
+
+def _private_stdout() -> None:
+    """Move the response pipe off fd 1 and point fd 1 at stderr."""
+    global _reply_fd
+    _reply_fd = posix.dup(1)  # non-inheritable: the user's children never get it
+    posix.dup2(2, 1)
 
 
 def _resolve(mode: str) -> "Callable[[bytes], bytes]":
@@ -56,6 +88,7 @@ def _resolve(mode: str) -> "Callable[[bytes], bytes]":
     module, sep, attr = mode.partition(":")
     if not sep or not module or not attr:
         raise ValueError("expected 'echo', 'exec' or 'package.module:function'")
+    _private_stdout()
     import importlib
 
     fn = getattr(importlib.import_module(module), attr)

@@ -59,7 +59,7 @@ IMPORT_AFTER_START_EXIT = 1
 class Request:
     """A decoded protocol.ExecRequest: its wire map, tag checked."""
 
-    __slots__ = ("argv", "collect", "cpu_time_s", "files", "stderr_max_bytes", "stdin",
+    __slots__ = ("argv", "collect", "cpu_time_s", "env", "files", "stderr_max_bytes", "stdin",
                  "stdout_max_bytes", "wall_time_s")
 
     def __init__(self, body: Any) -> None:  # noqa: ANN401  a decoded msgpack value
@@ -71,6 +71,8 @@ class Request:
         self.files: dict[str, tuple[bytes, bool]] = {
             path: (f["data"], f["executable"]) for path, f in body["files"].items()}
         self.collect: list[str] = body["collect"]
+        #: The program's variables over the adapter's (checked by the parent).
+        self.env: dict[str, str] = body["env"]
         self.stdout_max_bytes: int = body["stdout_max_bytes"]
         self.stderr_max_bytes: int = body["stderr_max_bytes"]
         self.wall_time_s: float = body["wall_time_s"]
@@ -178,7 +180,11 @@ def run_exec(body: object) -> dict[str, object]:
     place(request.files)
     _prepare(request.collect)
     began = time.monotonic()
-    pid, stdin_w, out_r, err_r = _spawn(request.argv)
+    try:
+        pid, stdin_w, out_r, err_r = _spawn(request.argv, request.env)
+    except NotRun as e:  # as a shell answers: 127 or 126, one line on stderr
+        elapsed_s = time.monotonic() - began
+        return result(e.code, b"", e.line, [], [], elapsed_s, tree_usage(elapsed_s))
     meter = Meter(began, request.wall_time_s, request.cpu_time_s)
     caps = {out_r: request.stdout_max_bytes, err_r: request.stderr_max_bytes}
     bufs = {fd: bytearray() for fd in caps}
@@ -238,28 +244,65 @@ def _refuse_imports(event: str, args: tuple[object, ...]) -> None:
         posix._exit(IMPORT_AFTER_START_EXIT)
 
 
-def _spawn(argv: list[str]) -> tuple[int, int, int, int]:
+class NotRun(Exception):
+    """The program could not be started: `code` is a shell's (127 not found,
+    126 cannot execute), `line` what goes on its stderr."""
+
+    def __init__(self, code: int, line: bytes) -> None:
+        super().__init__(code, line)
+        self.code, self.line = code, line
+
+
+#: errnos of exec that mean "no such program" (a shell's 127); any other is 126.
+_NOT_FOUND = frozenset({2, 20})  # ENOENT, ENOTDIR
+
+
+def _not_run(name: str, error: OSError) -> NotRun:
+    shown = name.encode(errors="backslashreplace")
+    if error.errno in _NOT_FOUND:
+        return NotRun(127, b"trunner: %s: not found\n" % shown)
+    why = posix.strerror(error.errno) if error.errno else str(error)
+    return NotRun(126, b"trunner: %s: cannot execute: %s\n" % (shown, why.encode()))
+
+
+def _spawn(argv: list[str], env: Mapping[str, str]) -> tuple[int, int, int, int]:
     """Start `argv` (searched on PATH) on three new pipes, as subprocess would
     (SIGPIPE and SIGXFSZ back to default; every other fd is close-on-exec),
     in a session and process group of its own: its `kill(0, ...)` and
     `killpg(0, ...)` reach its own tree, never this adapter. Whatever leaves
     that group too still dies with the run: the jail's pid 1 exits when this
     adapter does, and the kernel then kills the whole PID namespace.
-    Returns the pid and our ends: stdin, stdout, stderr."""
+    `env` is set over this adapter's environment for the program only; a
+    PATH there is also the one `argv[0]` is searched on, as `env` does.
+    Returns the pid and our ends: stdin, stdout, stderr.
+
+    Raises:
+        NotRun: the program was not found (127) or cannot be executed (126):
+            ENOEXEC, EACCES, a directory, ... (posix_spawnp reports the
+            exec's errno here).
+    """
+    environ: dict[bytes, bytes | str] = dict(posix.environ)
+    for name, value in env.items():
+        environ[name.encode()] = value
+    if "PATH" in env:
+        # posix_spawnp searches this process's PATH, not the program's.
+        posix.putenv("PATH", env["PATH"])
     in_r, in_w = posix.pipe()
     out_r, out_w = posix.pipe()
     err_r, err_w = posix.pipe()
     try:
         pid = posix.posix_spawnp(
-            argv[0], argv, posix.environ,
+            argv[0], argv, environ,
             file_actions=[(posix.POSIX_SPAWN_DUP2, in_r, 0), (posix.POSIX_SPAWN_DUP2, out_w, 1),
                           (posix.POSIX_SPAWN_DUP2, err_w, 2)],
             setsigdef=(SIGPIPE, SIGXFSZ),
             setsid=True,  # its own session and group: its `kill 0` cannot reach us
         )
-    except BaseException:
+    except BaseException as e:
         for fd in (in_w, out_r, err_r):
             posix.close(fd)
+        if isinstance(e, OSError):
+            raise _not_run(argv[0], e) from None
         raise
     finally:
         for fd in (in_r, out_w, err_w):
@@ -398,10 +441,11 @@ def collect(patterns: Sequence[str], budget: int) -> tuple[list[dict[str, object
             break
     out: list[dict[str, object]] = []
     for path in sorted(found):
-        data = _read_no_follow(path, budget + 1)
-        if data is None:  # gone, or no longer a regular file
+        read = _read_file_no_follow(path, budget + 1)
+        if read is None:  # gone, or no longer a regular file
             continue
-        out.append({"path": path, "size": len(data), "data": data})
+        data, mode = read
+        out.append({"path": path, "size": len(data), "data": data, "mode": mode})
         budget -= len(data)
         if budget < 0:
             break
@@ -463,6 +507,12 @@ def _read_no_follow(path: str, most: int) -> bytes | None:
     """Up to `most` bytes of the regular file at `path`, opened one component
     at a time, each with O_NOFOLLOW; None if any component is a symlink, a
     non-directory, or the file is not regular."""
+    read = _read_file_no_follow(path, most)
+    return None if read is None else read[0]
+
+
+def _read_file_no_follow(path: str, most: int) -> tuple[bytes, int] | None:
+    """`_read_no_follow`, and the file's permission bits."""
     parts = path.split("/")
     nofollow = posix.O_NOFOLLOW | posix.O_CLOEXEC
     try:
@@ -480,7 +530,8 @@ def _read_no_follow(path: str, most: int) -> bytes | None:
     finally:
         posix.close(dir_fd)
     try:
-        if posix.fstat(fd).st_mode & S_IFMT != S_IFREG:
+        mode = posix.fstat(fd).st_mode
+        if mode & S_IFMT != S_IFREG:
             return None
         chunks, left = [], most
         while left > 0:
@@ -489,6 +540,6 @@ def _read_no_follow(path: str, most: int) -> bytes | None:
                 break
             chunks.append(chunk)
             left -= len(chunk)
-        return b"".join(chunks)
+        return b"".join(chunks), mode & 0o7777
     finally:
         posix.close(fd)

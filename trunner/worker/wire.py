@@ -36,6 +36,8 @@ EXEC_INPUT_MAX_FILES = 1024
 EXEC_COLLECT_MAX_FILES = 1024
 EXEC_PATH_MAX_BYTES = 4095
 EXEC_NAME_MAX_BYTES = 255
+#: Bound of an `exec` request's `env`: every `NAME=VALUE` with its NUL, in UTF-8.
+EXEC_ENV_MAX_BYTES = 128 * 1024
 
 _STRUCTS: "dict[str, Any]" = {}
 

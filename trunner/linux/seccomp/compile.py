@@ -40,6 +40,7 @@ __all__ = [
     "Rule",
     "build_bpf",
     "compile",
+    "libseccomp_problem",
     "libseccomp_version",
     "policy_rules",
     "syscall_name",
@@ -268,12 +269,22 @@ _NR_SCMP_ERROR = -1  # libseccomp's answer for a name it does not know
 def _import_pyseccomp() -> Any:  # noqa: ANN401  pyseccomp is untyped (Any to mypy)
     try:
         import pyseccomp  # slow: it runs find_library(), i.e. ldconfig, at import time
-    except (ImportError, OSError, RuntimeError) as exc:
+    except (ImportError, OSError, RuntimeError, AttributeError) as exc:
         raise RuntimeError(
             "trunner.seccomp needs the 'pyseccomp' package and the libseccomp shared library "
             f"(libseccomp.so.2, e.g. apt-get install libseccomp2): {exc}"
         ) from exc
     return pyseccomp
+
+
+def libseccomp_problem() -> str | None:
+    """Why libseccomp cannot compile filters here (pyseccomp missing or broken,
+    the shared library absent), or None when it can."""
+    try:
+        libseccomp_version()
+    except (RuntimeError, OSError, AttributeError) as exc:
+        return str(exc)
+    return None
 
 
 def compile(rules: SeccompPolicy | Sequence[Rule], arch: int | None = None) -> bytes:
