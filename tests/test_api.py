@@ -30,6 +30,8 @@ async def test_a_program_not_found_ends_127_with_one_line(runner: Runner) -> Non
         done = (await runner.exec([name])).response
         assert (done.exit_code, done.signal, done.stdout) == (127, None, b"")
         assert done.stderr == f"trunner: {name}: not found\n".encode()
+        # An ordinary result: it carries usage, of a program that never ran.
+        assert done.usage is not None and done.usage.cpu_s < 0.1, done.usage
 
 
 @pytest.mark.parametrize(("files", "argv"), [
@@ -45,6 +47,7 @@ async def test_a_program_that_cannot_be_executed_ends_126(
     assert (done.exit_code, done.stdout) == (126, b"")
     assert done.stderr.startswith(f"trunner: {argv[0]}: cannot execute: ".encode())
     assert done.stderr.count(b"\n") == 1
+    assert done.usage is not None
 
 
 @pytest.mark.parametrize(("kwargs", "words"), [

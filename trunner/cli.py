@@ -216,7 +216,8 @@ async def _run_command(args: argparse.Namespace) -> int:
             except msgspec.DecodeError as e:
                 raise UsageError(f"--request: not JSON: {e}") from None
             result: Any = await runner.run(args.mode, request)
-            _print({"response": result.response, "rules_version": result.rules_version})
+            _print({"response": result.response, "usage": result.usage,
+                    "rules_version": result.rules_version})
             return 0
         files, env = _read_files(args.file), _read_env(args.env)
         runner = Runner(limits=limits)
@@ -235,7 +236,10 @@ async def _run_command(args: argparse.Namespace) -> int:
             return done.exit_code if done.exit_code is not None else 128 + (done.signal or 0)
         return 0
     except RunnerError as e:
-        _print({"error": e.reason.value, "detail": e.detail})
+        failed: dict[str, object] = {"error": e.reason.value, "detail": e.detail}
+        if e.usage is not None:  # the program ran: what it used up to the failure
+            failed["usage"] = e.usage
+        _print(failed)
         if own_exit:
             return EXIT_OWN_TIMEOUT if e.reason is Reason.TIMEOUT else EXIT_OWN_FAILURE
         return EXIT_ERROR
