@@ -47,7 +47,7 @@ from trunner.linux.kernel.abi import (
 # capabilities, a jailed process can chmod 04777 a root-owned host file); connect() to
 # *pathname* unix sockets anywhere (e.g. /run/docker.sock); UDP; TCP listen() on an
 # auto-bound port (no bind() call to deny).  Other layers (netns, a non-root uid,
-# seccomp) must cover those.
+# seccomp, a tree that holds no host socket: `trunner.linux.sockets`) must cover those.
 
 
 
@@ -99,8 +99,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature("truncate", 3, "truncate(), O_TRUNC and ftruncate() per path",
             "the read-only binds (EROFS); the host's other files are not in the jail's root"),
     Feature("tcp", 4, "TCP bind() and connect() per port",
-            "the network namespace (only a loopback that is down) and seccomp (no AF_INET"
-            " sockets); the provider profile, which shares the host network, refuses to run"),
+            "the network namespace (the run's own, holding only its loopback: Landlock's TCP"
+            " rules are used by no other profile); the provider profile, which shares the"
+            " host network, refuses to run"),
     Feature("ioctl_dev", 5, "ioctl() on character and block devices",
             "the minimal /dev (null, zero, full, random, urandom, the run's own ptys and"
             " tty) and seccomp's ioctl allow-list"),
@@ -275,9 +276,11 @@ def plan_ruleset(
     `list_only` dirs may be listed (READ_DIR, inherited below), nothing more.
     `ttys` (the jail's own ptys) may be read, written and listed, with device
     ioctls (`tty_access`).
-    From ABI 4 on, TCP bind() and connect() are handled: bind is always denied, connect
-    only allowed to `connect_tcp_ports`.  Below ABI 4 Landlock does not see the network
-    and `connect_tcp_ports` is dropped (the jail's network namespace holds).  From ABI 6
+    With `host_network`, TCP bind() and connect() are handled: bind is always denied,
+    connect only allowed to `connect_tcp_ports`.  Without it (the run's own network
+    namespace, which holds only its loopback) Landlock leaves TCP alone: the run's
+    servers bind and connect on their own loopback, and `connect_tcp_ports` is dropped.
+    From ABI 6
     on, abstract unix sockets and signals are scoped to the jail's own domain.
 
     Raises:
@@ -304,7 +307,9 @@ def plan_ruleset(
         for path in group:
             _check_path(path, absolute=False)
             masks[path] = masks.get(path, 0) | access
-    handled_net = net_access_for_abi(abi)
+    # The run's own network namespace needs no port rules: nothing but its own
+    # loopback is in it.
+    handled_net = net_access_for_abi(abi) if host_network else 0
     ports: set[int] = set()
     for port in connect_tcp_ports:
         ports.add(_check_port(port))

@@ -287,6 +287,9 @@ class HelperPlan(_Item, frozen=True, kw_only=True):
     gid: int
     #: The one uid and gid the jail's user namespace maps them to (`JAIL_ID`).
     jail_id: int
+    #: "up": the run's own network namespace, its loopback brought up by the
+    #: helper (a refusal refuses the run); "host": the host's, shared.
+    loopback: str
     #: The jail's root, built by `trunner.linux.kernel.mounts.build_root`.
     root_ops: tuple[RootOp, ...]
     #: What pid 2 does to its fresh /proc, and its devpts.
@@ -577,6 +580,7 @@ def plan_jail(
         uid=uid,
         gid=gid,
         jail_id=JAIL_ID,
+        loopback=abi.LOOPBACK_UP if flags & abi.CLONE_NEWNET else abi.LOOPBACK_HOST,
         root_ops=root_ops(binds, paths),
         proc_ops=PROC_OPS,
         scratch=ScratchSize(bytes=limits.scratch_bytes,
