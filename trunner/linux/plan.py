@@ -193,7 +193,16 @@ class HostProc(_Item, frozen=True, tag="host_proc", tag_field="op"):
     path: str
 
 
-RootOp = Scratch | Bind | Dir | Symlink | File | HostProc
+class MaskSocket(_Item, frozen=True, tag="mask_socket", tag_field="op"):
+    """What a bind would show at `path` hidden, after every bind: an empty
+    file over a unix socket (a connect answers ECONNREFUSED), an empty
+    read-only tmpfs over a directory the parent could not list
+    (`trunner.linux.sockets`). Gone since it was found: nothing to hide."""
+
+    path: str
+
+
+RootOp = Scratch | Bind | Dir | Symlink | File | HostProc | MaskSocket
 
 
 class Mask(_Item, frozen=True, tag="mask", tag_field="op"):
@@ -593,6 +602,15 @@ def plan_jail(
         seccomp_bpf=seccomp.build_bpf(profile.seccomp) if seccomp_bpf is None else seccomp_bpf,
         unsafe_skip=tuple(sorted(set(unsafe_skip))),
     )
+
+
+def with_masks(plan: HelperPlan, paths: Sequence[str]) -> HelperPlan:
+    """`plan` with `paths` (sockets and unlistable dirs its binds show, as
+    `trunner.linux.sockets` found them) masked, after every other root op."""
+    if not paths:
+        return plan
+    masks = tuple(MaskSocket(path=path) for path in sorted(set(paths)))
+    return msgspec.structs.replace(plan, root_ops=(*plan.root_ops, *masks))
 
 
 def for_run(plan: HelperPlan, *, cgroup: str | None, memory_cgroup: str | None,
