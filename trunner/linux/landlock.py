@@ -265,6 +265,7 @@ def plan_ruleset(
     ttys: Iterable[str] = (),
     connect_tcp_ports: Iterable[int] = (),
     host_network: bool = False,
+    handle_tcp: bool = True,
 ) -> LandlockRuleset:
     """Plan a ruleset handling every right `abi` knows, so anything not granted is denied.
 
@@ -276,11 +277,12 @@ def plan_ruleset(
     `list_only` dirs may be listed (READ_DIR, inherited below), nothing more.
     `ttys` (the jail's own ptys) may be read, written and listed, with device
     ioctls (`tty_access`).
-    With `host_network`, TCP bind() and connect() are handled: bind is always denied,
-    connect only allowed to `connect_tcp_ports`.  Without it (the run's own network
-    namespace, which holds only its loopback) Landlock leaves TCP alone: the run's
-    servers bind and connect on their own loopback, and `connect_tcp_ports` is dropped.
-    From ABI 6
+    From ABI 4 on, with `handle_tcp`, TCP bind() and connect() are handled: bind is
+    always denied, connect only allowed to `connect_tcp_ports`.  Without it (a profile
+    with a network namespace of its own, which holds only the run's loopback) Landlock
+    leaves TCP alone, so the run's servers bind and connect on their own loopback;
+    below ABI 4 Landlock does not see the network.  Either way `connect_tcp_ports` is
+    then dropped.  `host_network` needs `handle_tcp`.  From ABI 6
     on, abstract unix sockets and signals are scoped to the jail's own domain.
 
     Raises:
@@ -290,6 +292,8 @@ def plan_ruleset(
     """
     _check_abi(abi)
     if host_network:
+        if not handle_tcp:
+            raise ValueError("a profile sharing the host network needs Landlock's TCP rules")
         refusal = host_network_refusal(min(abi, KNOWN_ABI))
         if refusal is not None:
             raise ValueError(refusal)
@@ -309,7 +313,7 @@ def plan_ruleset(
             masks[path] = masks.get(path, 0) | access
     # The run's own network namespace needs no port rules: nothing but its own
     # loopback is in it.
-    handled_net = net_access_for_abi(abi) if host_network else 0
+    handled_net = net_access_for_abi(abi) if handle_tcp else 0
     ports: set[int] = set()
     for port in connect_tcp_ports:
         ports.add(_check_port(port))

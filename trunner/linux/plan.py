@@ -575,6 +575,10 @@ def plan_jail(
         ttys=[PTS_DIR, "/dev/tty"],
         connect_tcp_ports=profile.tcp_connect_ports,
         host_network="net" not in profile.namespaces,
+        # A network namespace of its own holds only the run's loopback: its
+        # servers and clients bind and connect there; Landlock's TCP rules
+        # are the provider's, which shares the host's.
+        handle_tcp="net" not in profile.namespaces,
     )
     env = environment(profile.environment, import_paths)
     return HelperPlan(
