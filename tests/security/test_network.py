@@ -21,6 +21,7 @@ from test_filesystem import HOLD, _ready_jails, while_held
 from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
 from support import run_code, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
+from trunner.linux.backend import LinuxBackend
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -341,6 +342,7 @@ def test_system_dirs_are_walked_once_per_backend_the_callers_paths_at_each_plan(
     planted.mkdir()
     runner = make_runner(import_paths=[str(planted)])
     backend = runner.backend
+    assert isinstance(backend, LinuxBackend)
     assert [op["op"] for op in backend.rules_document(Limits())["plan"]["root_ops"]
             if op["op"] == "mask_socket"] == []
     walked = dict(backend._system_sockets)

@@ -237,7 +237,7 @@ def policy_rules(policy: SeccompPolicy) -> list[Rule]:
     out += [Rule(ERRNO(errno.ENOSYS), name) for name in sorted(policy.errno_enosys)]
     out += [Rule(EPERM, name) for name in sorted(policy.errno_eperm)]
     if policy.unix_only_socket:
-        stream_only = ((SOCK_STREAM, ()),)
+        stream_only: tuple[tuple[int, tuple[int, ...]], ...] = ((SOCK_STREAM, ()),)
         unix = (AF_UNIX, stream_only)
         if policy.loopback_sockets and not policy.inet_socket:
             unix = (AF_UNIX, tuple((kind, ()) for kind in UNIX_SOCKET_TYPES))
