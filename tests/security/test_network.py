@@ -270,10 +270,14 @@ async def test_two_runs_cannot_reach_each_others_loopback_or_abstract_names(
 
 def _serve_unix(path: str, kind: int = socket.SOCK_STREAM) -> socket.socket:
     s = socket.socket(socket.AF_UNIX, kind)
-    s.bind(path)
-    os.chmod(path, 0o777)  # the socket's own mode lets anyone connect
-    if kind == socket.SOCK_STREAM:
-        s.listen()
+    try:
+        s.bind(path)  # (at most 107 bytes: the tests' paths stay short)
+        os.chmod(path, 0o777)  # the socket's own mode lets anyone connect
+        if kind == socket.SOCK_STREAM:
+            s.listen()
+    except BaseException:
+        s.close()
+        raise
     return s
 
 
@@ -284,9 +288,9 @@ async def test_socket_planted_in_an_import_path_is_masked(
     stream and datagram: in the jail each is an empty read-only file (connect and
     sendto: EACCES, the mask's mode), named in the rules document's root ops; the
     host's sockets see nothing."""
-    planted = tmp_path / "modes"
-    (planted / "pkg").mkdir(parents=True)
-    stream_path, dgram_path = str(planted / "app.sock"), str(planted / "pkg" / "log.sock")
+    planted = tmp_path / "m"
+    (planted / "p").mkdir(parents=True)
+    stream_path, dgram_path = str(planted / "app.sock"), str(planted / "p" / "log.sock")
     with _serve_unix(stream_path) as stream, \
             _serve_unix(dgram_path, socket.SOCK_DGRAM) as dgram:
         runner = make_runner(import_paths=[TESTS_DIR, str(planted)], temp_root=str(jail_root))
@@ -313,10 +317,10 @@ async def test_socket_in_a_dir_the_caller_cannot_list(jail_root: Path, tmp_path:
     cannot list it, yet the jail (the caller's uid) could enter it by name. Not
     root, the whole dir is masked (an empty tmpfs: ENOENT); as root the walk lists
     it and masks the socket itself (EACCES)."""
-    planted = tmp_path / "modes"
-    hidden = planted / "hidden"
+    planted = tmp_path / "m"
+    hidden = planted / "h"
     hidden.mkdir(parents=True)
-    path = str(hidden / "app.sock")
+    path = str(hidden / "s")
     with _serve_unix(path) as listener:
         hidden.chmod(0o311)
         try:
@@ -338,7 +342,7 @@ def test_system_dirs_are_walked_once_per_backend_the_callers_paths_at_each_plan(
     """The system dirs' walk is cached on the backend; an import path is walked
     again for each new plan, so a socket planted between two plans is masked by
     the second."""
-    planted = tmp_path / "modes"
+    planted = tmp_path / "m"
     planted.mkdir()
     runner = make_runner(import_paths=[str(planted)])
     backend = runner.backend
