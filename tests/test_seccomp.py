@@ -993,3 +993,34 @@ def test_kernel_rejects_garbage_with_oserror(tmp_path: Path) -> None:
     proc = run_filtered("", garbage, tmp_path, prelude=prelude)
     assert proc.returncode == 0, proc
     assert proc.stdout == "rejected\narmed\n", proc
+
+
+def _socket_allows(policy: seccomp.SeccompPolicy) -> set[tuple[str, tuple[tuple[int, int], ...]]]:
+    """(call, ((arg, value), ...)) of every ALLOW rule of socket/socketpair."""
+    return {(r.syscall, tuple((a.index, a.value) for a in r.args))
+            for r in seccomp.policy_rules(policy)
+            if r.action == seccomp.ALLOW and r.syscall in ("socket", "socketpair")}
+
+
+def test_the_default_profile_allows_the_loopbacks_sockets_only() -> None:
+    """AF_UNIX of every type (socketpair too), TCP and UDP of both inet families,
+    netlink route and sock_diag; nothing raw, no ping, no other protocol."""
+    unix = {(call, ((0, 1), (1, kind))) for call in ("socket", "socketpair")
+            for kind in (1, 2, 5)}
+    inet = {("socket", ((0, family), (1, kind), (2, proto))) for family in (2, 10)
+            for kind, protos in ((1, (0, 6)), (2, (0, 17))) for proto in protos}
+    netlink = {("socket", ((0, 16), (2, proto))) for proto in (0, 4)}
+    assert _socket_allows(seccomp.DEFAULT_POLICY) == unix | inet | netlink
+    assert "connect" in seccomp.DEFAULT_POLICY.allowed
+
+
+def test_the_provider_profile_keeps_tcp_only() -> None:
+    """The host's network namespace: TCP sockets (0 or IPPROTO_TCP), no UDP, no
+    AF_UNIX socket() (socketpair of the stream type only), no server calls."""
+    policy = seccomp.provider_policy()
+    assert _socket_allows(policy) == {
+        ("socketpair", ((0, 1), (1, 1))),
+        *(("socket", ((0, family), (1, 1), (2, proto))) for family in (2, 10) for proto in (0, 6)),
+    }
+    assert set(seccomp.SERVER_SYSCALLS) <= set(policy.errno_eperm)
+    assert "connect" in policy.allowed
