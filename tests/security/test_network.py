@@ -21,6 +21,7 @@ from test_filesystem import HOLD, _ready_jails, while_held
 from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
 from support import run_code, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
+from trunner.linux import sockets
 from trunner.linux.backend import LinuxBackend
 
 if TYPE_CHECKING:
@@ -339,7 +340,7 @@ async def test_socket_in_a_dir_the_caller_cannot_list(jail_root: Path, tmp_path:
 def test_system_dirs_are_walked_once_per_backend_the_callers_paths_at_each_plan(
     tmp_path: Path,
 ) -> None:
-    """The system dirs' walk is cached on the backend; an import path is walked
+    """The system dirs' walk is cached per process; an import path is walked
     again for each new plan, so a socket planted between two plans is masked by
     the second."""
     planted = tmp_path / "m"
@@ -349,13 +350,14 @@ def test_system_dirs_are_walked_once_per_backend_the_callers_paths_at_each_plan(
     assert isinstance(backend, LinuxBackend)
     assert [op["op"] for op in backend.rules_document(Limits())["plan"]["root_ops"]
             if op["op"] == "mask_socket"] == []
-    walked = dict(backend._system_sockets)
+    walked = dict(sockets._SYSTEM)
     assert "/usr" in walked
     assert str(planted) not in walked
     with _serve_unix(str(planted / "late.sock")):
         ops = backend.rules_document(Limits(wall_time_s=3.0))["plan"]["root_ops"]
     assert [op["path"] for op in ops if op["op"] == "mask_socket"] == [str(planted / "late.sock")]
-    assert all(backend._system_sockets[k] is v for k, v in walked.items())
+    assert all(sockets._SYSTEM[k] is v for k, v in walked.items())
+    assert str(planted) not in sockets._SYSTEM
 
 
 # The provider profile: TCP sockets in the host network namespace, Landlock

@@ -234,9 +234,6 @@ class LinuxBackend:
     _launch: tuple[str, ...] | None = field(default=None, repr=False)
     _prepared: dict[Limits, Prepared] = field(default_factory=dict, repr=False)
     _ids_checked: bool = field(default=False, repr=False)
-    #: What the walk found in each system dir the plan binds (the caller's
-    #: paths are walked at every plan): one walk per backend.
-    _system_sockets: dict[str, sockets.Found] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._ids = HostIds(self.host_ids, self.host_files)  # ValueError for a bad range
@@ -332,7 +329,7 @@ class LinuxBackend:
 
     def _sockets_shown(self, plan: HelperPlan) -> list[str]:
         """Every unix socket (and unlistable dir) the plan's binds would show:
-        the system dirs walked once per backend, the caller's paths now."""
+        the system dirs walked once per process, the caller's paths now."""
         caller = self._caller_paths()
 
         def is_caller(path: str) -> bool:
@@ -343,10 +340,7 @@ class LinuxBackend:
         for op in plan.root_ops:
             if not isinstance(op, Bind) or op.flags & abi.BIND_DEVICE or is_caller(op.source):
                 continue
-            done = self._system_sockets.get(op.source)
-            if done is None:
-                done = self._system_sockets[op.source] = sockets.find_sockets(op.source, mounts)
-            found.append(done)
+            found.append(sockets.system_walk(op.source, mounts))
         found += [sockets.find_sockets(path, mounts) for path in caller]
         return [path for f in found for path in (*f.sockets, *f.unlistable)]
 
