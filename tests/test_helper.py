@@ -22,6 +22,7 @@ from trunner import Limits, Reason, Runner, RunnerError
 from trunner.jail import HostSupport
 from trunner.linux.backend import LinuxBackend, LinuxJail
 from trunner.linux.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
+from trunner.linux.kernel import abi
 from trunner.linux.plan import HelperPlan, PidsCgroup, Rlimit
 from trunner.linux.probe import probe_host
 from trunner.linux.profile import DEFAULT_PROFILE
@@ -31,8 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 STEPS = ["env", "process_limit", "memory", "rlimits", "build_namespace", "ipc", "root", "identity",
-         "namespaces", "jail_processes", "parent_death", "pid_namespace", "proc", "capabilities",
-         "descriptors", "no_new_privs",
+         "namespaces", "loopback", "jail_processes", "parent_death", "pid_namespace", "proc",
+         "capabilities", "descriptors", "no_new_privs",
          "landlock", "seccomp"]
 
 
@@ -145,6 +146,26 @@ async def test_a_landlock_path_that_vanished_fails_closed(jail_root: Path, tmp_p
     assert e.detail.startswith(f"root: bind({modes}): No such file or directory")
 
 
+@pytest.mark.parametrize(("loopback", "own_network"), [("host", True), ("up", False),
+                                                       ("down", True)])
+async def test_a_loopback_that_does_not_fit_the_namespaces_is_refused(
+    jail_root: Path, loopback: str, own_network: bool
+) -> None:
+    """The run's lo is brought up only in a network namespace of its own (never
+    the host's), and a jail with one of its own always has it up: anything
+    else is refused, naming the step."""
+    def edit(plan: HelperPlan) -> HelperPlan:
+        flags = plan.unshare_flags if own_network else plan.unshare_flags & ~abi.CLONE_NEWNET
+        return msgspec.structs.replace(plan, loopback=loopback, unshare_flags=flags)
+
+    cls = type("Edited", (PlanEditing,), {"edit": staticmethod(edit)})
+    backend: LinuxBackend = cls(locate_worker())
+    e = await refusal(runner_on(jail_root, backend))
+    assert e.reason is Reason.SANDBOX_SETUP
+    assert e.detail == (f"loopback: {loopback!r} does not fit the plan's namespaces "
+                        f"(network namespace of its own: {own_network})")
+
+
 async def test_an_unknown_process_limit_mechanism_is_refused(jail_root: Path) -> None:
     backend = _edited(process_limit={"kind": "none", "max": 0})(locate_worker())
     e = await refusal(runner_on(jail_root, backend))
@@ -183,8 +204,8 @@ async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, ke
 @pytest.mark.parametrize(("item", "detail"), [
     ("zz", "plan: not a plan"),
     ("", "plan: not a plan"),
-    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 7"),
-    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 7"),
+    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 8"),
+    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 8"),
 ])
 async def test_a_corrupt_plan_fails_closed(jail_root: Path, item: str, detail: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(lambda _: item)))

@@ -158,7 +158,7 @@ async def test_writing_inside_the_jail_works(runner: Runner) -> None:
         ("syscall(272, 0x00020000)", "EPERM"),  # unshare(CLONE_NEWNS)
         ("syscall(165, b'none', b'/tmp', b'tmpfs', 0, None)", "EPERM"),  # mount
         ("syscall(304, -100, None, 0)", "EPERM"),  # open_by_handle_at
-        ("syscall(41, 10, 2, 0)", "EAFNOSUPPORT"),  # socket(AF_INET6, SOCK_DGRAM)
+        ("syscall(41, 17, 3, 0)", "EAFNOSUPPORT"),  # socket(AF_PACKET, SOCK_RAW)
         ("syscall(999)", "ENOSYS"),  # a number no kernel has
     ],
 )

@@ -124,6 +124,7 @@ CHECKS: dict[str, Any] = {
     "uid": lambda v: v == 1234,
     "gid": lambda v: v == 5678,
     "jail_id": lambda v: v == JAIL_ID,
+    "loopback": lambda v: v == abi.LOOPBACK_UP,
     "root_ops": lambda v: (
         v[0] == Scratch(name="work", path=WORKDIR, mode=0o700)
         and Bind(source=package_dir(), path=package_dir()) in v

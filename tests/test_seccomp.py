@@ -142,11 +142,22 @@ assert b.recv(1) == b"x"
 a.close()
 b.close()
 socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC).close()
+# connect is allowed (the jail's tree holds no host socket): the kernel answers.
 try:
-    socket.socket(socket.AF_UNIX).connect("/run/nothing")
-    raise SystemExit("connect allowed")
-except PermissionError:
+    socket.socket(socket.AF_UNIX).connect("/nonexistent/trunner.sock")
+    raise SystemExit("connected to nothing")
+except FileNotFoundError:
     pass
+for kind in (socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):
+    socket.socket(socket.AF_UNIX, kind | socket.SOCK_NONBLOCK).close()
+    a, b = socket.socketpair(socket.AF_UNIX, kind)
+    a.send(b"y")
+    assert b.recv(1) == b"y"
+    a.close()
+    b.close()
+for family in (socket.AF_INET, socket.AF_INET6):
+    socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC).close()
+    socket.socket(family, socket.SOCK_DGRAM, socket.IPPROTO_UDP).close()
 
 # What the namespaces now contain: metadata, sessions, ids already held, NUMA queries.
 open("m", "w").close()
@@ -384,22 +395,31 @@ DENIED_CALLS = {
     "largest_non_x32_number": ("libc.syscall(0x3FFFFFFF)", errno.ENOSYS),
     "prlimit64_of_the_parent": (
         "libc.syscall(302, os.getppid(), 7, None, ctypes.create_string_buffer(16))", errno.EPERM),
-    "socket_inet_stream": ("libc.syscall(41, 2, 1, 0)", errno.EAFNOSUPPORT),
-    "socket_inet6_dgram": ("libc.syscall(41, 10, 2, 0)", errno.EAFNOSUPPORT),
+    # The run's loopback: TCP and UDP only; no raw, ping, SCTP, MPTCP or UDP-Lite socket.
+    "socket_inet_raw": ("libc.syscall(41, 2, 3, 1)", errno.ESOCKTNOSUPPORT),
+    "socket_inet6_raw": ("libc.syscall(41, 10, 3 | 0x800, 58)", errno.ESOCKTNOSUPPORT),
+    "socket_inet_ping": ("libc.syscall(41, 2, 2, 1)", errno.EPROTONOSUPPORT),
+    "socket_inet6_ping": ("libc.syscall(41, 10, 2, 58)", errno.EPROTONOSUPPORT),
+    "socket_inet_sctp": ("libc.syscall(41, 2, 1, 132)", errno.EPROTONOSUPPORT),
+    "socket_inet_mptcp": ("libc.syscall(41, 2, 1, 262)", errno.EPROTONOSUPPORT),
+    "socket_inet_udplite": ("libc.syscall(41, 2, 2, 136)", errno.EPROTONOSUPPORT),
+    "socket_inet_udp_as_stream": ("libc.syscall(41, 2, 1, 17)", errno.EPROTONOSUPPORT),
+    "socket_inet_seqpacket": ("libc.syscall(41, 2, 5, 0)", errno.ESOCKTNOSUPPORT),
     "socket_packet": ("libc.syscall(41, 17, 3, 0)", errno.EAFNOSUPPORT),
     "socket_netlink_generic": ("libc.syscall(41, 16, 3, 16)", errno.EPROTONOSUPPORT),
     "socket_netlink_netfilter": ("libc.syscall(41, 16, 3, 12)", errno.EPROTONOSUPPORT),
     "socket_netlink_low32": ("libc.syscall(41, 16, 3, ctypes.c_ulong(1 << 32 | 12))",
                              errno.EPROTONOSUPPORT),
     "socket_vsock": ("libc.syscall(41, 40, 1, 0)", errno.EAFNOSUPPORT),
-    "socket_inet_low32": ("libc.syscall(41, ctypes.c_ulong((1 << 32) | 2), 1, 0)",
-                          errno.EAFNOSUPPORT),
+    "socket_vsock_low32": ("libc.syscall(41, ctypes.c_ulong((1 << 32) | 40), 1, 0)",
+                           errno.EAFNOSUPPORT),
+    "socket_inet_proto_low32": ("libc.syscall(41, 2, 1, ctypes.c_ulong((1 << 32) | 132))",
+                                errno.EPROTONOSUPPORT),
     "socketpair_inet": ("libc.syscall(53, 2, 1, 0, ctypes.create_string_buffer(8))",
                         errno.EAFNOSUPPORT),
-    "socket_unix_dgram": ("libc.syscall(41, 1, 2, 0)", errno.ESOCKTNOSUPPORT),
-    "socket_unix_seqpacket": ("libc.syscall(41, 1, 5 | 0x80000, 0)", errno.ESOCKTNOSUPPORT),
-    "socketpair_unix_dgram": ("libc.syscall(53, 1, 2, 0, ctypes.create_string_buffer(8))",
-                              errno.ESOCKTNOSUPPORT),
+    "socket_unix_raw": ("libc.syscall(41, 1, 3, 0)", errno.ESOCKTNOSUPPORT),
+    "socketpair_unix_rdm": ("libc.syscall(53, 1, 4, 0, ctypes.create_string_buffer(8))",
+                            errno.ESOCKTNOSUPPORT),
     "ioctl_tiocsti": ("libc.syscall(16, 0, 0x5412, ctypes.create_string_buffer(b'x'))",
                       errno.EPERM),
     "ioctl_tiocsti_high_bits": (
@@ -500,9 +520,7 @@ def test_every_call_docker_allows_is_allowed_or_has_a_reason() -> None:
     reasons = dict(seccomp.DENIED_AS_DOCKER_ALLOWS)
     # Names x86_64 lacks (the *32 and time64 calls, other arches') are not calls here.
     known = {n for n in docker if pyseccomp.resolve_syscall(pyseccomp.Arch.X86_64, n) >= 0}
-    # connect: this profile's pathname unix socket rule; issue 19's network part allows it.
-    pending = {"connect"} & set(policy.errno_eperm)
-    assert known - here - pending == set(reasons), sorted(known - here - set(reasons))
+    assert known - here == set(reasons), sorted(known - here - set(reasons))
     assert all(reasons.values())
     assert set(reasons) <= set(policy.errno_enosys)
 
@@ -975,3 +993,34 @@ def test_kernel_rejects_garbage_with_oserror(tmp_path: Path) -> None:
     proc = run_filtered("", garbage, tmp_path, prelude=prelude)
     assert proc.returncode == 0, proc
     assert proc.stdout == "rejected\narmed\n", proc
+
+
+def _socket_allows(policy: seccomp.SeccompPolicy) -> set[tuple[str, tuple[tuple[int, int], ...]]]:
+    """(call, ((arg, value), ...)) of every ALLOW rule of socket/socketpair."""
+    return {(r.syscall, tuple((a.index, a.value) for a in r.args))
+            for r in seccomp.policy_rules(policy)
+            if r.action == seccomp.ALLOW and r.syscall in ("socket", "socketpair")}
+
+
+def test_the_default_profile_allows_the_loopbacks_sockets_only() -> None:
+    """AF_UNIX of every type (socketpair too), TCP and UDP of both inet families,
+    netlink route and sock_diag; nothing raw, no ping, no other protocol."""
+    unix = {(call, ((0, 1), (1, kind))) for call in ("socket", "socketpair")
+            for kind in (1, 2, 5)}
+    inet = {("socket", ((0, family), (1, kind), (2, proto))) for family in (2, 10)
+            for kind, protos in ((1, (0, 6)), (2, (0, 17))) for proto in protos}
+    netlink = {("socket", ((0, 16), (2, proto))) for proto in (0, 4)}
+    assert _socket_allows(seccomp.DEFAULT_POLICY) == unix | inet | netlink
+    assert "connect" in seccomp.DEFAULT_POLICY.allowed
+
+
+def test_the_provider_profile_keeps_tcp_only() -> None:
+    """The host's network namespace: TCP sockets (0 or IPPROTO_TCP), no UDP, no
+    AF_UNIX socket() (socketpair of the stream type only), no server calls."""
+    policy = seccomp.provider_policy()
+    assert _socket_allows(policy) == {
+        ("socketpair", ((0, 1), (1, 1))),
+        *(("socket", ((0, family), (1, 1), (2, proto))) for family in (2, 10) for proto in (0, 6)),
+    }
+    assert set(seccomp.SERVER_SYSCALLS) <= set(policy.errno_eperm)
+    assert "connect" in policy.allowed

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 import trio
-from test_filesystem import while_held
+from test_filesystem import HOLD, _ready_jails, while_held
 
 from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
-from support import run_code
+from support import run_code, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
+from trunner.linux import sockets
+from trunner.linux.backend import LinuxBackend
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,7 +41,8 @@ def _nothing_received(sock: socket.socket) -> None:
 
 
 async def test_tcp_to_test_listener_on_loopback(runner: Runner) -> None:
-    """TCP connect to a host service on 127.0.0.1 (the classic localhost-admin-port escape)."""
+    """TCP connect to a host service on 127.0.0.1 (the classic localhost-admin-port
+    escape): the jail's 127.0.0.1 is its own loopback, where nothing listens."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -49,12 +52,13 @@ async def test_tcp_to_test_listener_on_loopback(runner: Runner) -> None:
             result = attempt(lambda: socket.create_connection(("127.0.0.1", {port}),
                                                               timeout=2).sendall(b"pwn"))
         """)
-        assert result == "EAFNOSUPPORT"  # the default profile's sockets are AF_UNIX only
+        assert result == "ECONNREFUSED"
         _nothing_accepted(listener)
 
 
 async def test_udp_to_test_socket(runner: Runner) -> None:
-    """UDP datagram to a host service (e.g. DNS/syslog/statsd on localhost)."""
+    """UDP datagram to a host service (e.g. DNS/syslog/statsd on localhost): sent,
+    on the run's own loopback, and the host's socket receives nothing."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sink:
         sink.bind(("127.0.0.1", 0))
         port = sink.getsockname()[1]
@@ -63,7 +67,7 @@ async def test_udp_to_test_socket(runner: Runner) -> None:
             result = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(
                 b"pwn", ("127.0.0.1", {port})))
         """)
-        assert result == "EAFNOSUPPORT"
+        assert result == "OK:3"
         _nothing_received(sink)
 
 
@@ -82,37 +86,47 @@ async def test_ipv6_tcp_to_test_listener(runner: Runner) -> None:
             import socket
             result = attempt(lambda: socket.create_connection(("::1", {port}), timeout=2))
         """)
-        assert result == "EAFNOSUPPORT"
+        # The run's own ::1 refuses; without IPv6 in its namespace there is no route.
+        assert result in ("ECONNREFUSED", "EADDRNOTAVAIL", "ENETUNREACH"), result
         _nothing_accepted(listener)
 
 
 @pytest.mark.parametrize(
-    ("family", "kind", "proto"),
+    ("family", "kind", "proto", "expected"),
     [
-        ("AF_INET", "SOCK_RAW", "socket.IPPROTO_ICMP"),  # raw IP: spoofing, ping sweeps
-        ("AF_PACKET", "SOCK_RAW", "0x0300"),  # packet socket: CVE-2017-7308/CVE-2020-14386 class
-        ("AF_VSOCK", "SOCK_STREAM", "0"),  # vsock to the hypervisor host
+        # raw IP: spoofing, ping sweeps (and CAP_NET_RAW, which no jailed process has)
+        ("AF_INET", "SOCK_RAW", "socket.IPPROTO_ICMP", "ESOCKTNOSUPPORT"),
+        ("AF_INET6", "SOCK_RAW", "socket.IPPROTO_ICMPV6", "ESOCKTNOSUPPORT"),
+        ("AF_INET", "SOCK_RAW", "socket.IPPROTO_RAW", "ESOCKTNOSUPPORT"),
+        # packet socket: CVE-2017-7308/CVE-2020-14386 class
+        ("AF_PACKET", "SOCK_RAW", "0x0300", "EAFNOSUPPORT"),
+        ("AF_PACKET", "SOCK_DGRAM", "0x0300", "EAFNOSUPPORT"),
+        ("AF_VSOCK", "SOCK_STREAM", "0", "EAFNOSUPPORT"),  # vsock to the hypervisor host
+        # ping sockets: refused by the run's ping_group_range anyway; kept out
+        ("AF_INET", "SOCK_DGRAM", "socket.IPPROTO_ICMP", "EPROTONOSUPPORT"),
     ],
 )
 async def test_raw_packet_netlink_vsock_sockets(
-    runner: Runner, family: str, kind: str, proto: str
+    runner: Runner, family: str, kind: str, proto: str, expected: str
 ) -> None:
-    """Raw / packet / vsock sockets (kernel attack surface reached by socket
-    families): EAFNOSUPPORT from the filter, no descriptor. (Netlink: route and
-    sock_diag only, test_new_calls.py.)"""
+    """Raw / packet / vsock / ping sockets (kernel attack surface reached by socket
+    families and types): an errno from the filter, no descriptor. (Netlink: route
+    and sock_diag only, test_new_calls.py.)"""
     result = await run_code(runner, f"""
         import socket
         fds = os.listdir("/proc/self/fd")
         result = [attempt(lambda: socket.socket(socket.{family}, socket.{kind}, {proto})),
                   os.listdir("/proc/self/fd") == fds]
     """)
-    assert result == ["EAFNOSUPPORT", True]
+    assert result == [expected, True]
 
 
 @pytest.mark.parametrize("kind", ["pathname", "abstract"])
 async def test_unix_socket_of_the_test(runner: Runner, tmp_path: Path, kind: str) -> None:
-    """A host unix socket outside the jail: docker.sock-style by path, or an
-    X11/D-Bus-style abstract name (no path, so no Landlock path rule): connect fails."""
+    """A host unix socket outside the jail: docker.sock-style by path (not in the
+    jail's tree: ENOENT), or an X11/D-Bus-style abstract name (the host's network
+    namespace's, not the run's: refused; Landlock's scope, ABI 6, would refuse it
+    too): connect fails, the host's listener accepts nothing."""
     address = str(tmp_path / "docker.sock") if kind == "pathname" else (
         f"\0trunner-sec-{os.getpid()}"
     )
@@ -126,7 +140,7 @@ async def test_unix_socket_of_the_test(runner: Runner, tmp_path: Path, kind: str
             s = socket.socket(socket.AF_UNIX)
             result = attempt(lambda: s.connect({address!r}))
         """)
-        assert result == "EPERM"
+        assert result == ("ENOENT" if kind == "pathname" else "ECONNREFUSED")
         _nothing_accepted(listener)
 
 
@@ -151,16 +165,21 @@ async def test_unix_stream_sendmsg_with_address_bypassing_connect(
 async def test_unix_datagram_to_test_socket_path(
     runner: Runner, tmp_path: Path, kind: str
 ) -> None:
-    """Unix datagram to a host socket path (journald/syslog /dev/log style) — no connect needed."""
+    """Unix datagram to a host socket path (journald/syslog /dev/log style), no
+    connect needed: the path is not in the jail's tree."""
     path = str(tmp_path / "log.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sink:
         sink.bind(path)
+        os.chmod(path, 0o777)
         result = await run_code(runner, f"""
             import socket
-            result = attempt(lambda: socket.socket(socket.AF_UNIX, socket.{kind}).sendto(
-                b"pwn", {path!r}))
+            s = socket.socket(socket.AF_UNIX, socket.{kind})
+            result = [attempt(lambda: s.sendto(b"pwn", {path!r})),
+                      attempt(lambda: s.connect({path!r}))]
         """)
-        assert result == "ESOCKTNOSUPPORT"  # AF_UNIX, but stream only
+        # (A seqpacket socket must connect first: ENOTCONN.)
+        sent = "ENOENT" if kind == "SOCK_DGRAM" else "ENOTCONN"
+        assert result == [sent, "ENOENT"]
         _nothing_received(sink)
 
 
@@ -173,6 +192,172 @@ async def test_socketpair_of_inet_family(runner: Runner) -> None:
     """)
     # (The kernel itself would answer EOPNOTSUPP.)
     assert result == ["EAFNOSUPPORT", [0, 0]]
+
+
+# Two runs at once: each has a network namespace of its own (its loopback, its
+# abstract names), and (ABI 6) a Landlock domain of its own scoping abstract
+# connects. Run A listens on a TCP port, a UDP port and an abstract name, all
+# chosen by the test, and holds; run B, meanwhile, tries all three.
+
+LISTENING = """
+import select, socket
+port, name = {port}, {name!r}
+tcp4 = socket.socket()
+tcp4.bind(("127.0.0.1", port))
+tcp4.listen()
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(("127.0.0.1", port))
+abstract = socket.socket(socket.AF_UNIX)
+abstract.bind(name)
+abstract.listen()
+"""
+
+SAW = """
+ready = select.select([tcp4, udp, abstract], [], [], 0)[0]
+result = [len(ready), signals]
+"""
+
+TRYING = """
+import socket
+port, name = {port}, {name!r}
+def tcp():
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.sendall(b"from B")
+def unix():
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(name)
+        s.sendall(b"from B")
+def udp():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        return s.sendto(b"from B", ("127.0.0.1", port))
+def own():  # B's own abstract name of that spelling: its namespace's, free
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(name)
+        return "bound"
+result = [attempt(tcp), attempt(unix), attempt(udp), attempt(own)]
+"""
+
+
+async def test_two_runs_cannot_reach_each_others_loopback_or_abstract_names(
+    jail_root: Path,
+) -> None:
+    port = 20000 + int.from_bytes(os.urandom(2), "big") % 40000
+    name = f"\0trunner-run-a-{os.getpid()}-{os.urandom(4).hex()}"
+    runner = make_runner(import_paths=[TESTS_DIR], temp_root=str(jail_root),
+                         limits=Limits(wall_time_s=20.0))
+    out: dict[str, object] = {}
+
+    async def run_a() -> None:
+        code = textwrap.dedent(LISTENING.format(port=port, name=name)) + HOLD + SAW
+        out["a"] = await run_code(runner, code)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_a)
+        ready = await wait_until(_ready_jails, 15, "run A's `ready`")
+        try:
+            out["b"] = await run_code(runner, TRYING.format(port=port, name=name))
+        finally:
+            os.kill(ready[0], signal.SIGUSR1)
+    # B: TCP refused by its own loopback, the abstract name not in its namespace,
+    # the datagram sent on its own loopback; A: nothing pending on any of the three.
+    assert out["b"] == ["ECONNREFUSED", "ECONNREFUSED", "OK:6", "OK:'bound'"]
+    assert out["a"] == [0, [signal.SIGUSR1]]
+
+
+# A socket in a bind: nothing in seccomp or Landlock (to ABI 7) checks a connect
+# to a pathname unix socket, only its file's mode; so the tree must hold none.
+# The backend walks every bind the plan makes and masks each socket found (an
+# empty read-only file over it, part of the hashed plan).
+
+def _serve_unix(path: str, kind: int = socket.SOCK_STREAM) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, kind)
+    try:
+        s.bind(path)  # (at most 107 bytes: the tests' paths stay short)
+        os.chmod(path, 0o777)  # the socket's own mode lets anyone connect
+        if kind == socket.SOCK_STREAM:
+            s.listen()
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+async def test_socket_planted_in_an_import_path_is_masked(
+    jail_root: Path, tmp_path: Path
+) -> None:
+    """Planted by the test in an import path, mode 0777 (the mode stops no uid),
+    stream and datagram: in the jail each is an empty read-only file (connect and
+    sendto: EACCES, the mask's mode), named in the rules document's root ops; the
+    host's sockets see nothing."""
+    planted = tmp_path / "m"
+    (planted / "p").mkdir(parents=True)
+    stream_path, dgram_path = str(planted / "app.sock"), str(planted / "p" / "log.sock")
+    with _serve_unix(stream_path) as stream, \
+            _serve_unix(dgram_path, socket.SOCK_DGRAM) as dgram:
+        runner = make_runner(import_paths=[TESTS_DIR, str(planted)], temp_root=str(jail_root))
+        ops = runner.backend.rules_document(runner.limits)["plan"]["root_ops"]
+        masked = sorted(op["path"] for op in ops if op["op"] == "mask_socket")
+        assert masked == [stream_path, dgram_path]
+        result = await run_code(runner, f"""
+            import socket, stat
+            st = os.stat({stream_path!r})
+            u = socket.socket(socket.AF_UNIX)
+            d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            result = [stat.S_ISREG(st.st_mode), st.st_size, oct(st.st_mode & 0o777),
+                      attempt(lambda: u.connect({stream_path!r})),
+                      attempt(lambda: d.sendto(b"pwn", {dgram_path!r})),
+                      attempt(lambda: open({stream_path!r}, "w"))]
+        """)
+        assert result == [True, 0, "0o444", "EACCES", "EACCES", "EROFS"]
+        _nothing_accepted(stream)
+        _nothing_received(dgram)
+
+
+async def test_socket_in_a_dir_the_caller_cannot_list(jail_root: Path, tmp_path: Path) -> None:
+    """A directory with search but no read permission (0311): a non-root walk
+    cannot list it, yet the jail (the caller's uid) could enter it by name. Not
+    root, the whole dir is masked (an empty tmpfs: ENOENT); as root the walk lists
+    it and masks the socket itself (EACCES)."""
+    planted = tmp_path / "m"
+    hidden = planted / "h"
+    hidden.mkdir(parents=True)
+    path = str(hidden / "s")
+    with _serve_unix(path) as listener:
+        hidden.chmod(0o311)
+        try:
+            runner = make_runner(import_paths=[TESTS_DIR, str(planted)],
+                                 temp_root=str(jail_root))
+            result = await run_code(runner, f"""
+                import socket
+                result = attempt(lambda: socket.socket(socket.AF_UNIX).connect({path!r}))
+            """)
+        finally:
+            hidden.chmod(0o755)
+        assert result == ("EACCES" if os.geteuid() == 0 else "ENOENT")
+        _nothing_accepted(listener)
+
+
+def test_system_dirs_are_walked_once_per_backend_the_callers_paths_at_each_plan(
+    tmp_path: Path,
+) -> None:
+    """The system dirs' walk is cached per process; an import path is walked
+    again for each new plan, so a socket planted between two plans is masked by
+    the second."""
+    planted = tmp_path / "m"
+    planted.mkdir()
+    runner = make_runner(import_paths=[str(planted)])
+    backend = runner.backend
+    assert isinstance(backend, LinuxBackend)
+    assert [op["op"] for op in backend.rules_document(Limits())["plan"]["root_ops"]
+            if op["op"] == "mask_socket"] == []
+    walked = dict(sockets._SYSTEM)
+    assert "/usr" in walked
+    assert str(planted) not in walked
+    with _serve_unix(str(planted / "late.sock")):
+        ops = backend.rules_document(Limits(wall_time_s=3.0))["plan"]["root_ops"]
+    assert [op["path"] for op in ops if op["op"] == "mask_socket"] == [str(planted / "late.sock")]
+    assert all(sockets._SYSTEM[k] is v for k, v in walked.items())
+    assert str(planted) not in sockets._SYSTEM
 
 
 # The provider profile: TCP sockets in the host network namespace, Landlock

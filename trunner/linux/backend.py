@@ -24,10 +24,11 @@ import trio
 from trunner import cleanup
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, Failure, HostSupport
-from trunner.linux import cgroup, kmsg, landlock, seccomp, watchdog
+from trunner.linux import cgroup, kmsg, landlock, seccomp, sockets, watchdog
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds, IdLease
 from trunner.linux.kernel import abi
 from trunner.linux.plan import (
+    Bind,
     HelperPlan,
     encode_plan,
     environment,
@@ -36,6 +37,7 @@ from trunner.linux.plan import (
     plain,
     plan_jail,
     profile_paths,
+    with_masks,
 )
 from trunner.linux.probe import HostPaths, probe_host, snapshot
 from trunner.linux.profile import DEFAULT_PROFILE, JailProfile, template_blake3
@@ -390,10 +392,37 @@ class LinuxBackend:
                              import_paths=self.import_paths, parent_pid=os.getpid(),
                              landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip,
                              seccomp_bpf=self._bpf)
+            plan = with_masks(plan, self._sockets_shown(plan))
             document = self._document(limits, plan, paths)
             done = Prepared(plan, document, digest(document))
             self._prepared[limits] = done
         return done
+
+    def _caller_paths(self) -> list[str]:
+        """The bound paths that are the caller's, not the system's: import
+        paths, and any path the profile adds to the default profile's."""
+        ours = {*DEFAULT_PROFILE.read_exec, *DEFAULT_PROFILE.read_only,
+                *DEFAULT_PROFILE.read_write}
+        named = [*self.profile.read_exec, *self.profile.read_only, *self.profile.read_write]
+        return sorted({os.path.normpath(p) for p in (*self.import_paths, *named)
+                       if p not in ours})
+
+    def _sockets_shown(self, plan: HelperPlan) -> list[str]:
+        """Every unix socket (and unlistable dir) the plan's binds would show:
+        the system dirs walked once per process, the caller's paths now."""
+        caller = self._caller_paths()
+
+        def is_caller(path: str) -> bool:
+            return any(path == c or path.startswith(c.rstrip("/") + "/") for c in caller)
+
+        mounts = sockets.mount_points()
+        found: list[sockets.Found] = []
+        for op in plan.root_ops:
+            if not isinstance(op, Bind) or op.flags & abi.BIND_DEVICE or is_caller(op.source):
+                continue
+            found.append(sockets.system_walk(op.source, mounts))
+        found += [sockets.find_sockets(path, mounts) for path in caller]
+        return [path for f in found for path in (*f.sockets, *f.unlistable)]
 
     def _document(self, limits: Limits, plan: HelperPlan, paths: HostPaths) -> dict[str, Any]:
         env = environment(self.profile.environment, self.import_paths)

@@ -87,6 +87,10 @@ def main(argv: "list[str]") -> "NoReturn":
             #    host ids mapped to the jail's one id (the same in every run).
             ("namespaces", _unshare, plan.unshare_flags, plan.uid, plan.gid,
              plan.jail_id),
+            # 8b. the run's network namespace: its loopback up, while this
+            #     process holds every capability over it (it owns the new
+            #     user namespace), long before seccomp.
+            ("loopback", _bring_loopback_up, plan.loopback, plan.unshare_flags),
             # 9. the run's own process count: RLIMIT_NPROC counts per user
             #    namespace (5.14 on), so this one counts the run alone.
             ("jail_processes", _limit_jail_processes, plan.jail_nproc),
@@ -417,6 +421,17 @@ def _take_identity(uid: int, gid: int) -> None:
 def _unshare(flags: int, uid: int, gid: int, inside: "int | None" = None) -> None:
     install.unshare(flags)
     install.map_ids(uid, gid, inside)
+
+
+def _bring_loopback_up(loopback: str, flags: int) -> None:
+    own = bool(flags & abi.CLONE_NEWNET)
+    if loopback == abi.LOOPBACK_UP and own:
+        install.bring_loopback_up()
+    elif loopback == abi.LOOPBACK_HOST and not own:
+        return  # the host's network, shared: nothing of it is ours to change
+    else:
+        raise SetupError(f"loopback: {loopback!r} does not fit the plan's namespaces "
+                         f"(network namespace of its own: {own})")
 
 
 def _enter_jail(proc_ops: "list[dict[str, Any]]", hostname: str, workdir: str) -> None:

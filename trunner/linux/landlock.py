@@ -47,7 +47,7 @@ from trunner.linux.kernel.abi import (
 # capabilities, a jailed process can chmod 04777 a root-owned host file); connect() to
 # *pathname* unix sockets anywhere (e.g. /run/docker.sock); UDP; TCP listen() on an
 # auto-bound port (no bind() call to deny).  Other layers (netns, a non-root uid,
-# seccomp) must cover those.
+# seccomp, a tree that holds no host socket: `trunner.linux.sockets`) must cover those.
 
 
 
@@ -99,8 +99,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature("truncate", 3, "truncate(), O_TRUNC and ftruncate() per path",
             "the read-only binds (EROFS); the host's other files are not in the jail's root"),
     Feature("tcp", 4, "TCP bind() and connect() per port",
-            "the network namespace (only a loopback that is down) and seccomp (no AF_INET"
-            " sockets); the provider profile, which shares the host network, refuses to run"),
+            "the network namespace (the run's own, holding only its loopback: Landlock's TCP"
+            " rules are used by no other profile); the provider profile, which shares the"
+            " host network, refuses to run"),
     Feature("ioctl_dev", 5, "ioctl() on character and block devices",
             "the minimal /dev (null, zero, full, random, urandom, the run's own ptys and"
             " tty) and seccomp's ioctl allow-list"),
@@ -264,6 +265,7 @@ def plan_ruleset(
     ttys: Iterable[str] = (),
     connect_tcp_ports: Iterable[int] = (),
     host_network: bool = False,
+    handle_tcp: bool = True,
 ) -> LandlockRuleset:
     """Plan a ruleset handling every right `abi` knows, so anything not granted is denied.
 
@@ -275,9 +277,12 @@ def plan_ruleset(
     `list_only` dirs may be listed (READ_DIR, inherited below), nothing more.
     `ttys` (the jail's own ptys) may be read, written and listed, with device
     ioctls (`tty_access`).
-    From ABI 4 on, TCP bind() and connect() are handled: bind is always denied, connect
-    only allowed to `connect_tcp_ports`.  Below ABI 4 Landlock does not see the network
-    and `connect_tcp_ports` is dropped (the jail's network namespace holds).  From ABI 6
+    From ABI 4 on, with `handle_tcp`, TCP bind() and connect() are handled: bind is
+    always denied, connect only allowed to `connect_tcp_ports`.  Without it (a profile
+    with a network namespace of its own, which holds only the run's loopback) Landlock
+    leaves TCP alone, so the run's servers bind and connect on their own loopback;
+    below ABI 4 Landlock does not see the network.  Either way `connect_tcp_ports` is
+    then dropped.  `host_network` needs `handle_tcp`.  From ABI 6
     on, abstract unix sockets and signals are scoped to the jail's own domain.
 
     Raises:
@@ -287,6 +292,8 @@ def plan_ruleset(
     """
     _check_abi(abi)
     if host_network:
+        if not handle_tcp:
+            raise ValueError("a profile sharing the host network needs Landlock's TCP rules")
         refusal = host_network_refusal(min(abi, KNOWN_ABI))
         if refusal is not None:
             raise ValueError(refusal)
@@ -304,7 +311,9 @@ def plan_ruleset(
         for path in group:
             _check_path(path, absolute=False)
             masks[path] = masks.get(path, 0) | access
-    handled_net = net_access_for_abi(abi)
+    # The run's own network namespace needs no port rules: nothing but its own
+    # loopback is in it.
+    handled_net = net_access_for_abi(abi) if handle_tcp else 0
     ports: set[int] = set()
     for port in connect_tcp_ports:
         ports.add(_check_port(port))

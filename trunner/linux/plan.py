@@ -195,7 +195,16 @@ class HostProc(_Item, frozen=True, tag="host_proc", tag_field="op"):
     path: str
 
 
-RootOp = Scratch | Bind | Dir | Symlink | File | HostProc
+class MaskSocket(_Item, frozen=True, tag="mask_socket", tag_field="op"):
+    """What a bind would show at `path` hidden, after every bind: an empty
+    file over a unix socket (a connect answers ECONNREFUSED), an empty
+    read-only tmpfs over a directory the parent could not list
+    (`trunner.linux.sockets`). Gone since it was found: nothing to hide."""
+
+    path: str
+
+
+RootOp = Scratch | Bind | Dir | Symlink | File | HostProc | MaskSocket
 
 
 class Mask(_Item, frozen=True, tag="mask", tag_field="op"):
@@ -289,6 +298,9 @@ class HelperPlan(_Item, frozen=True, kw_only=True):
     gid: int
     #: The one uid and gid the jail's user namespace maps them to (`JAIL_ID`).
     jail_id: int
+    #: "up": the run's own network namespace, its loopback brought up by the
+    #: helper (a refusal refuses the run); "host": the host's, shared.
+    loopback: str
     #: The jail's root, built by `trunner.linux.kernel.mounts.build_root`.
     root_ops: tuple[RootOp, ...]
     #: What pid 2 does to its fresh /proc, and its devpts.
@@ -585,6 +597,10 @@ def plan_jail(
         ttys=[PTS_DIR, "/dev/tty"],
         connect_tcp_ports=profile.tcp_connect_ports,
         host_network="net" not in profile.namespaces,
+        # A network namespace of its own holds only the run's loopback: its
+        # servers and clients bind and connect there; Landlock's TCP rules
+        # are the provider's, which shares the host's.
+        handle_tcp="net" not in profile.namespaces,
     )
     env = environment(profile.environment, import_paths)
     return HelperPlan(
@@ -599,6 +615,7 @@ def plan_jail(
         uid=uid,
         gid=gid,
         jail_id=JAIL_ID,
+        loopback=abi.LOOPBACK_UP if flags & abi.CLONE_NEWNET else abi.LOOPBACK_HOST,
         root_ops=root_ops(binds, paths),
         proc_ops=PROC_OPS,
         scratch=ScratchSize(bytes=limits.scratch_bytes,
@@ -611,6 +628,15 @@ def plan_jail(
         seccomp_bpf=seccomp.build_bpf(profile.seccomp) if seccomp_bpf is None else seccomp_bpf,
         unsafe_skip=tuple(sorted(set(unsafe_skip))),
     )
+
+
+def with_masks(plan: HelperPlan, paths: Sequence[str]) -> HelperPlan:
+    """`plan` with `paths` (sockets and unlistable dirs its binds show, as
+    `trunner.linux.sockets` found them) masked, after every other root op."""
+    if not paths:
+        return plan
+    masks = tuple(MaskSocket(path=path) for path in sorted(set(paths)))
+    return msgspec.structs.replace(plan, root_ops=(*plan.root_ops, *masks))
 
 
 def for_run(plan: HelperPlan, *, cgroup: str | None, memory_cgroup: str | None,

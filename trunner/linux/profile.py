@@ -1,6 +1,7 @@
 """Jail profiles: the declarative rules a backend applies, as data.
 
-`DEFAULT_PROFILE` allows no network at all. The provider profile is the same
+`DEFAULT_PROFILE` has a network namespace of its own, holding only the
+run's loopback (brought up by the helper). The provider profile is the same
 jail except that it shares the host's network namespace and may open TCP
 connections to configured ports (Landlock ABI >= 4 net rules); it is made
 from a template shipped in `trunner/linux/profiles/provider.toml`, whose

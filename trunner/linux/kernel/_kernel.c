@@ -12,6 +12,11 @@
  *                              OSError(errno).
  *   seccomp_filter(bpf)        PR_SET_SECCOMP with `bpf`, struct sock_filter
  *                              bytes (the struct sock_fprog points into them).
+ *   loopback_up() -> int       bring the network namespace's "lo" up
+ *                              (SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP |
+ *                              IFF_RUNNING added), through an AF_INET datagram
+ *                              socket closed before it returns; the flags as
+ *                              read back, or OSError(errno).
  *   NR                         {name: number} of the calls used, from this
  *                              build's <sys/syscall.h>.
  *
@@ -23,7 +28,11 @@
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <net/if.h>
+#include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -116,11 +125,41 @@ kernel_seccomp_filter(PyObject *module, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *
+kernel_loopback_up(PyObject *module, PyObject *unused)
+{
+    struct ifreq ifr;
+    int fd, err = 0;
+
+    fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    memset(&ifr, 0, sizeof ifr);
+    strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+    if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
+        goto fail;
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+        goto fail;
+    /* Read back: the kernel says what holds, not what was asked. */
+    if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0)
+        goto fail;
+    close(fd);
+    return PyLong_FromLong((unsigned short)ifr.ifr_flags);
+fail:
+    err = errno;
+    close(fd);
+    errno = err;
+    return PyErr_SetFromErrno(PyExc_OSError);
+}
+
 static PyMethodDef kernel_methods[] = {
     {"syscall", (PyCFunction)(void (*)(void))kernel_syscall, METH_FASTCALL,
      "syscall(nr, *args) -> int: a raw system call; -1 raises OSError."},
     {"seccomp_filter", kernel_seccomp_filter, METH_O,
      "seccomp_filter(bpf): install struct sock_filter bytes with PR_SET_SECCOMP."},
+    {"loopback_up", kernel_loopback_up, METH_NOARGS,
+     "loopback_up() -> int: bring the network namespace's lo up; its flags."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,12 +19,12 @@ REPORT_FD = 3
 #: helper exec it from this descriptor, never by a path.
 WAITER_FD = 4
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 7
+PLAN_VERSION = 8
 #: The plan's fields, in the order the helper applies them. The parent's
 #: `HelperPlan` has exactly these (tests/test_plan.py pins it).
 PLAN_FIELDS = (
     "version", "env", "process_limit", "jail_nproc", "memory", "rlimits", "ipc_limits",
-    "build_userns", "unshare_flags", "uid", "gid", "jail_id", "root_ops", "proc_ops",
+    "build_userns", "unshare_flags", "uid", "gid", "jail_id", "loopback", "root_ops", "proc_ops",
     "scratch", "staging", "hostname", "workdir", "landlock", "parent_pid", "seccomp_bpf",
     "unsafe_skip", "fail_at",
 )
@@ -68,9 +68,16 @@ NAMESPACE_FLAGS = {"cgroup": CLONE_NEWCGROUP, "ipc": CLONE_NEWIPC, "mount": CLON
                    "net": CLONE_NEWNET, "pid": CLONE_NEWPID, "user": CLONE_NEWUSER,
                    "uts": CLONE_NEWUTS}
 
+#: The plan's `loopback`: the run's own network namespace with its lo
+#: brought up, or the host's network, shared (the provider profile).
+LOOPBACK_UP = "up"
+LOOPBACK_HOST = "host"
+IFF_UP = 0x1
+
 S_IFMT = 0o170000
 S_IFIFO = 0o010000
 S_IFDIR = 0o040000
+S_IFLNK = 0o120000
 S_IFREG = 0o100000
 
 PR_SET_PDEATHSIG = 1

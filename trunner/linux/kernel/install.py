@@ -11,10 +11,10 @@ decided here. The parent also calls `landlock_abi()` to probe.
 import posix
 import sys
 
-from trunner.linux.kernel.abi import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, S_IFDIR, S_IFMT
+from trunner.linux.kernel.abi import IFF_UP, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, S_IFDIR, S_IFMT
 
 try:
-    from trunner.linux.kernel._kernel import NR, seccomp_filter, syscall
+    from trunner.linux.kernel._kernel import NR, loopback_up, seccomp_filter, syscall
 except ImportError as e:  # compiled at install (hatch_build.py)
     raise ImportError(f"trunner.linux.kernel._kernel is not built ({e}): reinstall trunner where a"
                       " C compiler and the Python headers are present") from e
@@ -86,6 +86,18 @@ def map_ids(uid: int, gid: int, inside: "int | None" = None) -> None:
     write_file("/proc/self/setgroups", b"deny")
     write_file("/proc/self/uid_map", b"%d %d 1" % (uid if inside is None else inside, uid))
     write_file("/proc/self/gid_map", b"%d %d 1" % (gid if inside is None else inside, gid))
+
+
+def bring_loopback_up() -> None:
+    """Bring this network namespace's `lo` up (needs CAP_NET_ADMIN over it:
+    the user namespace that owns it); 127.0.0.1 and, where IPv6 is on, ::1
+    come with it. Refused, or still down when read back: OSError."""
+    try:
+        flags = loopback_up()
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, "ioctl(SIOCSIFFLAGS, lo)") from None
+    if not flags & IFF_UP:
+        raise OSError(100, f"lo is still down (flags {flags:#x})", "ioctl(SIOCSIFFLAGS, lo)")
 
 
 def drop_capabilities(last_cap: int) -> None:

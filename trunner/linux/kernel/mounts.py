@@ -48,6 +48,7 @@ from trunner.linux.kernel.abi import (
     MS_RELATIME,
     MS_REMOUNT,
     S_IFDIR,
+    S_IFLNK,
     S_IFMT,
 )
 from trunner.linux.kernel.install import _path, call, pivot_root
@@ -156,6 +157,9 @@ def build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any
     for item in ops:
         op = item["op"]
         target = NEW + item["path"]
+        if op == "mask_socket":  # inside a bind made before it: nothing to build
+            _mask_socket(target)
+            continue
         if op != "scratch":
             _skeleton(target, scratch_dirs, skeletons)
         if op == "bind":
@@ -203,6 +207,33 @@ def build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any
     finally:
         posix.close(old)
     posix.chdir("/")
+
+
+_EMPTY = "/empty"
+
+
+def _mask_socket(target: str) -> None:
+    """Hide what a bind shows at `target`: a socket (or whatever took its
+    place) under an empty read-only file of the staging tmpfs, a directory
+    under an empty read-only tmpfs. Gone since the parent found it: nothing
+    to hide; a symlink now (mount would follow it) is no socket either."""
+    try:
+        st = posix.lstat(target)
+    except FileNotFoundError:
+        return
+    kind = st.st_mode & S_IFMT
+    if kind == S_IFLNK:
+        return
+    if kind == S_IFDIR:
+        mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=0,mode=555")
+        return
+    try:
+        posix.lstat(_EMPTY)
+    except FileNotFoundError:
+        _touch(_EMPTY, 0o444)
+    mount(_EMPTY, target, "", MS_BIND)
+    mount("", target, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def _mask(target: str) -> None:

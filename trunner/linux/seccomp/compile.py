@@ -23,8 +23,10 @@ from trunner.linux.seccomp.policy import (
     AF_UNIX,
     DEFAULT_POLICY,
     INET_PROTOCOLS,
+    LOOPBACK_INET_TYPES,
     S_IFMT,
     SOCK_STREAM,
+    UNIX_SOCKET_TYPES,
     SeccompPolicy,
 )
 
@@ -161,26 +163,31 @@ def _check_groups(policy: SeccompPolicy) -> None:
             seen[name] = group
 
 
-def _socket_rules(name: str, families: tuple[int, ...], protocols: tuple[int, ...],
-                  others: tuple[int, ...] = ()) -> list[Rule]:
+#: Per family, each allowed type and its allowed protocols (none listed: any).
+_Families = tuple[tuple[int, tuple[tuple[int, tuple[int, ...]], ...]], ...]
+
+
+def _socket_rules(name: str, families: _Families, others: tuple[int, ...] = ()) -> list[Rule]:
     # Disjoint rules: a family not listed -> EAFNOSUPPORT; a listed family of a type
-    # other than stream -> ESOCKTNOSUPPORT (a datagram socket could sendto() a host
-    # socket by path without connect()); stream with a protocol not listed (if any
-    # are) -> EPROTONOSUPPORT. The kernel reads the domain and protocol as ints:
-    # compare only the low 32 bits. `others`: families whose rules are made apart.
+    # not listed -> ESOCKTNOSUPPORT (e.g. the provider's: a datagram socket could
+    # sendto() a host socket by path without connect()); a listed type with a protocol
+    # not listed (if any are) -> EPROTONOSUPPORT. The kernel reads the domain and
+    # protocol as ints: compare only the low 32 bits; the type past SOCK_NONBLOCK and
+    # SOCK_CLOEXEC. `others`: families whose rules are made apart.
     out: list[Rule] = []
-    for family in families:
+    for family, types in families:
         fam = Arg(0, _U32, family)
-        stream = Arg(1, _SOCK_TYPE_MASK, SOCK_STREAM)
-        if not protocols:
-            out.append(Rule(ALLOW, name, (fam, stream)))
-        else:
-            out += [Rule(ALLOW, name, (fam, stream, Arg(2, _U32, p))) for p in protocols]
-            out += [Rule(ERRNO(errno.EPROTONOSUPPORT), name, (fam, stream, Arg(2, mask, value)))
+        for kind, protocols in types:
+            typ = Arg(1, _SOCK_TYPE_MASK, kind)
+            if not protocols:
+                out.append(Rule(ALLOW, name, (fam, typ)))
+                continue
+            out += [Rule(ALLOW, name, (fam, typ, Arg(2, _U32, p))) for p in protocols]
+            out += [Rule(ERRNO(errno.EPROTONOSUPPORT), name, (fam, typ, Arg(2, mask, value)))
                     for mask, value in _low32_complement(protocols)]
-        for mask, value in _complement((SOCK_STREAM,), _SOCK_TYPE_MASK):
+        for mask, value in _complement([kind for kind, _ in types], _SOCK_TYPE_MASK):
             out.append(Rule(ERRNO(errno.ESOCKTNOSUPPORT), name, (fam, Arg(1, mask, value))))
-    for mask, value in _low32_complement((*families, *others)):
+    for mask, value in _low32_complement((*(family for family, _ in families), *others)):
         out.append(Rule(ERRNO(errno.EAFNOSUPPORT), name, (Arg(0, mask, value),)))
     return out
 
@@ -231,12 +238,20 @@ def policy_rules(policy: SeccompPolicy) -> list[Rule]:
     out += [Rule(ERRNO(errno.ENOSYS), name) for name in sorted(policy.errno_enosys)]
     out += [Rule(EPERM, name) for name in sorted(policy.errno_eperm)]
     if policy.unix_only_socket:
-        out += _socket_rules("socketpair", (AF_UNIX,), ())
+        stream_only: tuple[tuple[int, tuple[int, ...]], ...] = ((SOCK_STREAM, ()),)
+        unix = (AF_UNIX, stream_only)
+        if policy.loopback_sockets and not policy.inet_socket:
+            unix = (AF_UNIX, tuple((kind, ()) for kind in UNIX_SOCKET_TYPES))
+        out += _socket_rules("socketpair", (unix,))
         netlink = (AF_NETLINK,) if policy.netlink_protocols else ()
-        if policy.inet_socket:
-            out += _socket_rules("socket", (AF_INET, AF_INET6), INET_PROTOCOLS, netlink)
+        if policy.inet_socket:  # the provider's: TCP, in the host's network namespace
+            tcp = ((SOCK_STREAM, INET_PROTOCOLS),)
+            out += _socket_rules("socket", ((AF_INET, tcp), (AF_INET6, tcp)), netlink)
+        elif policy.loopback_sockets:  # the run's own loopback and unix names
+            out += _socket_rules("socket", (unix, (AF_INET, LOOPBACK_INET_TYPES),
+                                            (AF_INET6, LOOPBACK_INET_TYPES)), netlink)
         else:
-            out += _socket_rules("socket", (AF_UNIX,), (), netlink)
+            out += _socket_rules("socket", (unix,), netlink)
         if netlink:
             out += _netlink_rules(policy.netlink_protocols)
     for name in sorted(policy.self_only):  # pid argument 0: the caller itself

@@ -58,16 +58,21 @@ __all__ = [
     "INET_PROTOCOLS",
     "IOCTL_ALLOWED",
     "IPPROTO_TCP",
+    "IPPROTO_UDP",
+    "LOOPBACK_INET_TYPES",
     "MKNOD_TYPES",
     "MSG_FASTOPEN",
     "NAMESPACE_FLAGS",
     "NETLINK_PROTOCOLS",
     "SELF_ONLY",
     "SERVER_SYSCALLS",
+    "SOCK_DGRAM",
+    "SOCK_SEQPACKET",
     "SOCK_STREAM",
     "S_IFMT",
     "TIOCLINUX",
     "TIOCSTI",
+    "UNIX_SOCKET_TYPES",
     "SeccompPolicy",
     "provider_policy",
 ]
@@ -80,11 +85,27 @@ AF_UNIX = 1
 AF_INET = 2
 AF_INET6 = 10
 SOCK_STREAM = 1
+SOCK_DGRAM = 2
+SOCK_SEQPACKET = 5
 IPPROTO_TCP = 6
+IPPROTO_UDP = 17
 # The only protocols of an AF_INET/AF_INET6 stream socket Landlock's TCP rules see:
 # IPPROTO_MPTCP (262), IPPROTO_SMC (256, Linux 6.11) and SCTP (132) connect and bind
 # unchecked. 0 picks TCP for SOCK_STREAM.
 INET_PROTOCOLS = (0, IPPROTO_TCP)
+# The default profile's own loopback (its private network namespace): AF_INET and
+# AF_INET6 stream sockets of protocol 0 or TCP, datagram sockets of 0 or UDP. Not
+# SOCK_RAW (it needs CAP_NET_RAW: EPERM anyway), not ping sockets (SOCK_DGRAM of
+# IPPROTO_ICMP/ICMPV6: the run's namespace has net.ipv4.ping_group_range "1 0", so the
+# kernel refuses them, EACCES, and the jail cannot change it; ping's code is a CVE class,
+# CVE-2017-2671), not UDP-Lite, SCTP, MPTCP or SMC: nothing ordinary needs them.
+LOOPBACK_INET_TYPES = ((SOCK_STREAM, INET_PROTOCOLS), (SOCK_DGRAM, (0, IPPROTO_UDP)))
+# AF_UNIX of every type (any protocol: the kernel takes only 0 or PF_UNIX), pathname and
+# abstract names alike: abstract names are per network namespace, so the run's own (and
+# Landlock's abstract scope, ABI 6, keeps connect and send within the run's domain);
+# pathname sockets are reachable only if the jail's tree holds one, and the tree is built
+# without any (`trunner.linux.sockets`: every bind walked, each socket found masked).
+UNIX_SOCKET_TYPES = (SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET)
 # TCP fast open: sendto/sendmsg with this flag connects without connect(), past
 # Landlock's connect hook.
 MSG_FASTOPEN = 0x20000000
@@ -198,13 +219,13 @@ _U32 = 0xFFFFFFFF
 # prlimit64 are allowed only with argument checks (see SeccompPolicy);
 # clone3 fails with ENOSYS so that glibc falls back to clone, whose flags we can inspect.
 ALLOWED_SYSCALLS: tuple[str, ...] = (
-    "accept",  # AF_UNIX servers (default profile only: see provider_policy)
+    "accept",  # loopback and AF_UNIX servers (default profile only: see provider_policy)
     "accept4",
     "access",
     "adjtimex",  # query only: any change needs CAP_SYS_TIME in the host's user namespace
     "alarm",  # signal.alarm(); getitimer/setitimer likewise
     "arch_prctl",  # TLS setup by ld.so
-    "bind",  # AF_UNIX names in the run's own network namespace (default profile only)
+    "bind",  # loopback ports and unix names of the run's own network namespace (default only)
     "brk",
     "capget",  # read-only: libcap, ps
     "capset",  # within the permitted set only, which is empty: drops nothing it had
@@ -217,6 +238,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "clock_nanosleep",
     "close",
     "close_range",  # subprocess close_fds fast path
+    "connect",  # the run's own loopback and unix names; the tree holds no host socket
     "copy_file_range",  # cp
     "creat",  # tar
     "dup",
@@ -303,7 +325,7 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "lgetxattr",
     "link",
     "linkat",
-    "listen",  # autobinds an AF_INET socket: default profile only (AF_UNIX there)
+    "listen",  # autobinds an AF_INET socket: the run's loopback (default profile only)
     "listxattr",
     "llistxattr",
     "lremovexattr",
@@ -484,9 +506,6 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
 #   every number libseccomp 2.5.4 does not know (listmount, statmount, mseal, ...).
 # Failing with EPERM (ERRNO_EPERM), the kernel's answer to a caller without the privilege:
 #   what expands the kernel's attack surface or reaches past the namespaces (see the list).
-#   connect        pathname AF_UNIX sockets (docker.sock, D-Bus) are outside Landlock's
-#                  reach; with connect denied and sockets AF_UNIX *stream* only (an
-#                  unconnected stream socket cannot sendto a path), nothing leaves.
 # Failing with the errno of a kernel without the feature, which callers already handle:
 #   socket/socketpair of another family: EAFNOSUPPORT; of another type: ESOCKTNOSUPPORT.
 #   ioctl outside IOCTL_ALLOWED: ENOTTY (TIOCSTI, TIOCLINUX: EPERM).
@@ -514,8 +533,15 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     #: Syscall names allowed unconditionally.
     allowed: tuple[str, ...]
-    #: `socket`/`socketpair` only for AF_UNIX stream (low 32 bits of the domain).
+    #: `socket`/`socketpair` checked by family and type (low 32 bits of the
+    #: domain; the type past SOCK_NONBLOCK/SOCK_CLOEXEC): AF_UNIX stream only,
+    #: unless `loopback_sockets` or `inet_socket` widens it.
     unix_only_socket: bool = True
+    #: With `unix_only_socket`: AF_UNIX of every type (`UNIX_SOCKET_TYPES`) for
+    #: `socket` and `socketpair`, and AF_INET/AF_INET6 stream (0 or TCP) and
+    #: datagram (0 or UDP) sockets (`LOOPBACK_INET_TYPES`): the default
+    #: profile, whose network namespace holds only the run's own loopback.
+    loopback_sockets: bool = False
     #: Fail with ENOSYS, as every unlisted name does; listed to say so (`clone3`:
     #: glibc then falls back to `clone`, whose flags a filter can inspect, unlike
     #: clone3's struct).
@@ -538,8 +564,9 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     #: `socket` for AF_INET/AF_INET6 stream only, protocol 0 or TCP (any other
     #: fails EPROTONOSUPPORT), and no longer AF_UNIX (socketpair stays AF_UNIX
     #: stream): the provider profile, where Landlock limits TCP connect to the
-    #: configured ports. Either way another family fails EAFNOSUPPORT and
-    #: another type of an allowed family ESOCKTNOSUPPORT.
+    #: configured ports (it wins over `loopback_sockets`). Either way another
+    #: family fails EAFNOSUPPORT and another type of an allowed family
+    #: ESOCKTNOSUPPORT.
     inet_socket: bool = False
     #: Allowed only with a pid argument (arg 0) of 0, the caller itself; EPERM
     #: for any other pid.
@@ -622,8 +649,6 @@ ERRNO_EPERM: tuple[str, ...] = (
     "personality",
     # NUMA placement of other processes' pages, and of ranges (nothing needs it)
     "mbind", "migrate_pages", "move_pages",
-    # reaching host sockets by path: see the comment above the policy class
-    "connect",
 )
 
 #: What Docker's default profile allows without a capability and this one does not,
@@ -663,13 +688,14 @@ SERVER_SYSCALLS: tuple[str, ...] = ("accept", "accept4", "bind", "listen")
 
 def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
     """The provider profile's policy: TCP sockets and `connect` allowed (Landlock
-    limits the ports), AF_UNIX sockets no longer creatable, so `connect` cannot
-    reach a pathname unix socket on the host; no server calls, `bind` included
-    (`SERVER_SYSCALLS`)."""
+    limits the ports), AF_UNIX sockets no longer creatable (socketpair AF_UNIX
+    stream only), so `connect` cannot reach a pathname unix socket on the host;
+    no UDP; no server calls, `bind` included (`SERVER_SYSCALLS`)."""
     base = DEFAULT_POLICY if base is None else base
     return msgspec.structs.replace(
         base,
         inet_socket=True,
+        loopback_sockets=False,  # the host's network namespace: none of the loopback's
         netlink_protocols=(),  # the host's network namespace: no netlink at all
         allowed=tuple(sorted({*base.allowed, "connect"} - set(SERVER_SYSCALLS))),
         errno_eperm=tuple(sorted({*base.errno_eperm, *SERVER_SYSCALLS} - {"connect"})),
@@ -679,6 +705,7 @@ def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
 DEFAULT_POLICY = SeccompPolicy(
     allowed=ALLOWED_SYSCALLS,
     unix_only_socket=True,
+    loopback_sockets=True,
     errno_enosys=tuple(sorted({"clone3", *(name for name, _ in DENIED_AS_DOCKER_ALLOWS)})),
     extra_allowed=(),
     clone_denied_flags=NAMESPACE_FLAGS,
