@@ -31,7 +31,8 @@ async def test_a_program_not_found_ends_127_with_one_line(runner: Runner) -> Non
         assert (done.exit_code, done.signal, done.stdout) == (127, None, b"")
         assert done.stderr == f"trunner: {name}: not found\n".encode()
         # An ordinary result: it carries usage, of a program that never ran.
-        assert done.usage is not None and done.usage.cpu_s < 0.1, done.usage
+        assert done.usage is not None
+        assert done.usage.cpu_s < 0.1, done.usage
 
 
 @pytest.mark.parametrize(("files", "argv"), [

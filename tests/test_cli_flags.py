@@ -129,14 +129,17 @@ def test_the_json_carries_usage_on_a_result_and_on_a_failure() -> None:
     code, out, _ = run("exec", "--", sys.executable, "-c", "sum(range(10**6))")
     assert code == 0
     usage = out["usage"]
-    assert isinstance(usage, dict) and usage["cpu_user_s"] > 0, out
+    assert isinstance(usage, dict), out
+    assert usage["cpu_user_s"] > 0, out
     code, out, _ = run("exec", "--cpu", "0.3", "--", sys.executable, "-c", "while True: pass")
     assert (code, out["error"]) == (1, "cpu_time")
     usage = out["usage"]
-    assert isinstance(usage, dict) and usage["cpu_user_s"] + usage["cpu_sys_s"] >= 0.3, out
+    assert isinstance(usage, dict), out
+    assert usage["cpu_user_s"] + usage["cpu_sys_s"] >= 0.3, out
     code, out, _ = run("run", "echo", "--request", "1")
     assert (code, out["response"]) == (0, 1)
-    assert isinstance(out["usage"], dict) and out["usage"]["wall_s"] > 0, out
+    assert isinstance(out["usage"], dict), out
+    assert out["usage"]["wall_s"] > 0, out
 
 
 def test_env_flag_sets_the_programs_variables() -> None:
