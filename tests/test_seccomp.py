@@ -395,14 +395,13 @@ DENIED_CALLS = {
     "largest_non_x32_number": ("libc.syscall(0x3FFFFFFF)", errno.ENOSYS),
     "prlimit64_of_the_parent": (
         "libc.syscall(302, os.getppid(), 7, None, ctypes.create_string_buffer(16))", errno.EPERM),
-    # The run's loopback: TCP and UDP only; no raw, ping, SCTP, MPTCP or UDP-Lite socket.
+    # The run's loopback: TCP, UDP and UDP-Lite only; no raw, ping, SCTP or MPTCP socket.
     "socket_inet_raw": ("libc.syscall(41, 2, 3, 1)", errno.ESOCKTNOSUPPORT),
     "socket_inet6_raw": ("libc.syscall(41, 10, 3 | 0x800, 58)", errno.ESOCKTNOSUPPORT),
     "socket_inet_ping": ("libc.syscall(41, 2, 2, 1)", errno.EPROTONOSUPPORT),
     "socket_inet6_ping": ("libc.syscall(41, 10, 2, 58)", errno.EPROTONOSUPPORT),
     "socket_inet_sctp": ("libc.syscall(41, 2, 1, 132)", errno.EPROTONOSUPPORT),
     "socket_inet_mptcp": ("libc.syscall(41, 2, 1, 262)", errno.EPROTONOSUPPORT),
-    "socket_inet_udplite": ("libc.syscall(41, 2, 2, 136)", errno.EPROTONOSUPPORT),
     "socket_inet_udp_as_stream": ("libc.syscall(41, 2, 1, 17)", errno.EPROTONOSUPPORT),
     "socket_inet_seqpacket": ("libc.syscall(41, 2, 5, 0)", errno.ESOCKTNOSUPPORT),
     "socket_packet": ("libc.syscall(41, 17, 3, 0)", errno.EAFNOSUPPORT),
@@ -497,7 +496,7 @@ def test_must_deny_names_are_not_in_the_policy() -> None:
     assert policy.clone_denied_flags == seccomp.NAMESPACE_FLAGS
     assert seccomp.NAMESPACE_FLAGS & 0xFF == 0  # never touches clone's exit-signal byte
     assert set(policy.ioctl_eperm) == {seccomp.TIOCSTI, seccomp.TIOCLINUX}
-    assert policy.ioctl_allowed == seccomp.IOCTL_ALLOWED
+    assert policy.ioctl_allowed == seccomp.IOCTL_ALLOWED + seccomp.IOCTL_INTERFACE_QUERIES
     assert policy.fcntl_eperm == (seccomp.F_SETLEASE, seccomp.F_NOTIFY)
     assert policy.send_flags_denied == seccomp.MSG_FASTOPEN
     assert policy.self_only == ("prlimit64",)
@@ -824,7 +823,7 @@ def test_policy_rules_of_the_default_policy() -> None:
         Rule(ALLOW, "clone", (Arg(0, seccomp.NAMESPACE_FLAGS, 0),)),
         *(Rule(ERRNO(errno.EPERM), "clone", (Arg(0, f, f),)) for f in flags)]
     # ioctl: each listed request (sorted), then ENOTTY for the rest.
-    exact = {**dict.fromkeys(seccomp.IOCTL_ALLOWED, ALLOW),
+    exact = {**dict.fromkeys(seccomp.IOCTL_ALLOWED + seccomp.IOCTL_INTERFACE_QUERIES, ALLOW),
              seccomp.TIOCSTI: ERRNO(errno.EPERM), seccomp.TIOCLINUX: ERRNO(errno.EPERM)}
     ioctl = by_name["ioctl"]
     assert ioctl[:len(exact)] == [Rule(exact[v], "ioctl", (Arg(1, 0xFFFFFFFF, v),))
@@ -1003,15 +1002,22 @@ def _socket_allows(policy: seccomp.SeccompPolicy) -> set[tuple[str, tuple[tuple[
 
 
 def test_the_default_profile_allows_the_loopbacks_sockets_only() -> None:
-    """AF_UNIX of every type (socketpair too), TCP and UDP of both inet families,
+    """AF_UNIX of every type (socketpair too), TCP, UDP and UDP-Lite of both inet families,
     netlink route and sock_diag; nothing raw, no ping, no other protocol."""
     unix = {(call, ((0, 1), (1, kind))) for call in ("socket", "socketpair")
             for kind in (1, 2, 5)}
     inet = {("socket", ((0, family), (1, kind), (2, proto))) for family in (2, 10)
-            for kind, protos in ((1, (0, 6)), (2, (0, 17))) for proto in protos}
+            for kind, protos in ((1, (0, 6)), (2, (0, 17, 136))) for proto in protos}
     netlink = {("socket", ((0, 16), (2, proto))) for proto in (0, 4)}
     assert _socket_allows(seccomp.DEFAULT_POLICY) == unix | inet | netlink
     assert "connect" in seccomp.DEFAULT_POLICY.allowed
+
+
+def test_interface_queries_are_the_default_profiles_only() -> None:
+    """SIOCGIFINDEX and the like read the run's own loopback; in the provider
+    profile (the host's network namespace) they would read the host's."""
+    assert set(seccomp.IOCTL_INTERFACE_QUERIES) <= set(seccomp.DEFAULT_POLICY.ioctl_allowed)
+    assert seccomp.provider_policy().ioctl_allowed == seccomp.IOCTL_ALLOWED
 
 
 def test_the_provider_profile_keeps_tcp_only() -> None:

@@ -51,6 +51,21 @@ async def test_loopback_is_up(runner: Runner) -> None:
     assert result == [["lo"], "ECONNREFUSED", ["127.0.0.1", 80]]
 
 
+async def test_interface_names_and_indexes(runner: Runner) -> None:
+    """if_nametoindex/if_indextoname (glibc's SIOCGIFINDEX/SIOCGIFNAME ioctls)
+    and an IPv6 scope id by name: what CPython's test_socket checks."""
+    await _skip_without_v6(runner)
+    result = await run_code(runner, """
+        import socket
+        index = socket.if_nametoindex("lo")
+        scoped = socket.getaddrinfo("ff02::1de:c0:face:8d%lo", 1234, socket.AF_INET6,
+                                    socket.SOCK_DGRAM)[0][4]
+        named = socket.getnameinfo(scoped, socket.NI_NUMERICHOST | socket.NI_NUMERICSERV)
+        result = [index, socket.if_indextoname(index), scoped[3] == index, list(named)]
+    """)
+    assert result == [1, "lo", True, ["ff02::1de:c0:face:8d%lo", "1234"]]
+
+
 @pytest.mark.parametrize("family", ["AF_INET", "AF_INET6"])
 async def test_tcp_server_and_client_in_one_run(runner: Runner, family: str) -> None:
     if family == "AF_INET6":
@@ -82,15 +97,17 @@ async def test_tcp_server_and_client_in_one_run(runner: Runner, family: str) -> 
     assert result == [b"PING OVER TCP", host, True]
 
 
+@pytest.mark.parametrize("proto", ["IPPROTO_UDP", "IPPROTO_UDPLITE"])
 @pytest.mark.parametrize("family", ["AF_INET", "AF_INET6"])
-async def test_udp_on_loopback(runner: Runner, family: str) -> None:
+async def test_udp_on_loopback(runner: Runner, family: str, proto: str) -> None:
     if family == "AF_INET6":
         await _skip_without_v6(runner)
     host = "127.0.0.1" if family == "AF_INET" else "::1"
     result = await run_code(runner, f"""
         import socket
-        a = socket.socket(socket.{family}, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK)
-        b = socket.socket(socket.{family}, socket.SOCK_DGRAM, socket.IPPROTO_UDP)
+        a = socket.socket(socket.{family}, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK,
+                          socket.{proto})
+        b = socket.socket(socket.{family}, socket.SOCK_DGRAM, socket.{proto})
         a.bind(({host!r}, 0))
         b.settimeout(5)
         b.sendto(b"datagram", a.getsockname())

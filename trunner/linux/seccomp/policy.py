@@ -57,8 +57,10 @@ __all__ = [
     "F_SETLEASE",
     "INET_PROTOCOLS",
     "IOCTL_ALLOWED",
+    "IOCTL_INTERFACE_QUERIES",
     "IPPROTO_TCP",
     "IPPROTO_UDP",
+    "IPPROTO_UDPLITE",
     "LOOPBACK_INET_TYPES",
     "MKNOD_TYPES",
     "MSG_FASTOPEN",
@@ -89,6 +91,7 @@ SOCK_DGRAM = 2
 SOCK_SEQPACKET = 5
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
+IPPROTO_UDPLITE = 136
 # The only protocols of an AF_INET/AF_INET6 stream socket Landlock's TCP rules see:
 # IPPROTO_MPTCP (262), IPPROTO_SMC (256, Linux 6.11) and SCTP (132) connect and bind
 # unchecked. 0 picks TCP for SOCK_STREAM.
@@ -98,8 +101,11 @@ INET_PROTOCOLS = (0, IPPROTO_TCP)
 # SOCK_RAW (it needs CAP_NET_RAW: EPERM anyway), not ping sockets (SOCK_DGRAM of
 # IPPROTO_ICMP/ICMPV6: the run's namespace has net.ipv4.ping_group_range "1 0", so the
 # kernel refuses them, EACCES, and the jail cannot change it; ping's code is a CVE class,
-# CVE-2017-2671), not UDP-Lite, SCTP, MPTCP or SMC: nothing ordinary needs them.
-LOOPBACK_INET_TYPES = ((SOCK_STREAM, INET_PROTOCOLS), (SOCK_DGRAM, (0, IPPROTO_UDP)))
+# CVE-2017-2671), not SCTP, MPTCP or SMC: nothing ordinary needs them. UDP-Lite is UDP's
+# code with a partial checksum; Docker and bubblewrap allow it, and CPython's test_socket
+# has 187 cases of it.
+LOOPBACK_INET_TYPES = ((SOCK_STREAM, INET_PROTOCOLS),
+                       (SOCK_DGRAM, (0, IPPROTO_UDP, IPPROTO_UDPLITE)))
 # AF_UNIX of every type (any protocol: the kernel takes only 0 or PF_UNIX), pathname and
 # abstract names alike: abstract names are per network namespace, so the run's own (and
 # Landlock's abstract scope, ABI 6, keeps connect and send within the run's domain);
@@ -175,6 +181,21 @@ IOCTL_ALLOWED = (
     0x402C542B,  # TCSETS2
     0x402C542C,  # TCSETSW2
     0x402C542D,  # TCSETSF2
+)
+
+# Interface queries (default profile: the run's own network namespace, its loopback only):
+# if_nametoindex(), if_indextoname(), if_nameindex() and a scope id's name go through them
+# in glibc. Setting anything needs CAP_NET_ADMIN over the namespace, which no jailed
+# process has. The provider profile, in the host's namespace, has none of them.
+IOCTL_INTERFACE_QUERIES = (
+    0x8910,  # SIOCGIFNAME: if_indextoname()
+    0x8912,  # SIOCGIFCONF
+    0x8913,  # SIOCGIFFLAGS
+    0x8915,  # SIOCGIFADDR
+    0x891B,  # SIOCGIFNETMASK
+    0x8921,  # SIOCGIFMTU
+    0x8927,  # SIOCGIFHWADDR
+    0x8933,  # SIOCGIFINDEX: if_nametoindex()
 )
 
 # mknod()/mknodat() may make what any unprivileged caller may (the file type, mode &
@@ -697,6 +718,7 @@ def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
         inet_socket=True,
         loopback_sockets=False,  # the host's network namespace: none of the loopback's
         netlink_protocols=(),  # the host's network namespace: no netlink at all
+        ioctl_allowed=tuple(r for r in base.ioctl_allowed if r not in IOCTL_INTERFACE_QUERIES),
         allowed=tuple(sorted({*base.allowed, "connect"} - set(SERVER_SYSCALLS))),
         errno_eperm=tuple(sorted({*base.errno_eperm, *SERVER_SYSCALLS} - {"connect"})),
     )
@@ -709,7 +731,7 @@ DEFAULT_POLICY = SeccompPolicy(
     errno_enosys=tuple(sorted({"clone3", *(name for name, _ in DENIED_AS_DOCKER_ALLOWS)})),
     extra_allowed=(),
     clone_denied_flags=NAMESPACE_FLAGS,
-    ioctl_allowed=IOCTL_ALLOWED,
+    ioctl_allowed=IOCTL_ALLOWED + IOCTL_INTERFACE_QUERIES,
     ioctl_eperm=(TIOCSTI, TIOCLINUX),
     fcntl_eperm=(F_SETLEASE, F_NOTIFY),
     send_flags_denied=MSG_FASTOPEN,
