@@ -108,9 +108,11 @@ async def test_four_spinners_share_one_whole_run_cpu_time(runner: Runner) -> Non
 
 
 async def test_an_orphan_in_a_session_of_its_own_counts(runner: Runner) -> None:
-    """A spinner that left the program's tree (its parent exited, a new
-    session) is still the program's: the adapter is the tree's subreaper."""
+    """A spinner that left the program's tree (a new session, its stdout and
+    stderr closed, so the run ends at the leader's exit) is still the
+    program's: the adapter is the tree's subreaper, and kills and reaps it."""
     code = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+            "    os.close(1)\n    os.close(2)\n"
             "    while True: pass\ntime.sleep(0.6)\n")
     result = await runner.exec(py(code))
     usage = result.usage
