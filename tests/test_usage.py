@@ -59,7 +59,9 @@ async def test_a_spinner_uses_cpu_close_to_its_wall_time(runner: Runner) -> None
     usage = result.usage
     assert usage is not None
     assert usage == result.response.usage
-    assert usage.cpu_user_s >= 0.3
+    # process_time() is a system call, so the split is the kernel's to make; the sum is ours
+    assert usage.cpu_user_s > 0.05 and usage.cpu_sys_s >= 0
+    assert usage.cpu_s == pytest.approx(usage.cpu_user_s + usage.cpu_sys_s)
     assert 0.5 <= usage.cpu_s < 5
     assert usage.cpu_s >= 0.4 * usage.wall_s  # busy all along, host contention aside
     assert usage.memory_source == "max_rss"
