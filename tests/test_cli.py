@@ -56,10 +56,28 @@ def test_run_with_request_json_and_error_output(tmp_path: Path) -> None:
     assert str(out["detail"]).startswith("--timeout: ")  # the flag typed, not $.wall_time_s
 
 
-def test_locate_worker_finds_the_installed_binary() -> None:
+def test_locate_worker_finds_the_binary_inside_the_package() -> None:
+    import trunner.worker
+
     path = locate_worker()
-    assert os.path.dirname(path) == os.path.dirname(os.path.abspath(sys.executable))
+    assert path == os.path.join(os.path.dirname(trunner.worker.__file__), "trunner-worker")
     assert os.access(path, os.X_OK)
+    with open(path, "rb") as f:
+        assert b"python" in f.readline()  # so it runs under this interpreter, -I -S
+
+
+def test_version_is_one_string_everywhere() -> None:
+    import trunner
+
+    version = trunner.__version__
+    assert [part.isdigit() for part in version.split(".")] == [True, True, True]
+    for argv in ([os.path.join(os.path.dirname(sys.executable), "trunner"), "--version"],
+                 [sys.executable, "-m", "trunner", "--version"]):
+        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        assert done.stdout == f"trunner {version}\n", argv
+    from importlib.metadata import version as installed
+
+    assert installed("trunner-sandbox") == version
 
 
 async def test_entry_point_modes_resolve_and_run(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import tracemalloc
 from typing import TYPE_CHECKING, Any
 
@@ -218,22 +217,23 @@ def test_invalid_limits_are_refused() -> None:
         Runner(limits={"wall_time_s": 1})  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("beside", ["nothing", "not-executable"])
-def test_no_worker_beside_the_interpreter_is_worker_not_found(
-    jail_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, beside: str
+@pytest.mark.parametrize("inside", ["nothing", "not-executable"])
+def test_no_worker_inside_the_package_is_worker_not_found(
+    jail_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inside: str
 ) -> None:
-    # An interpreter path with no usable trunner-worker beside it or one dir up.
+    # A package dir with no usable trunner-worker in it.
     # (An explicit worker path that is missing is spawn_failed: test_faults.py.)
-    here = tmp_path / "venv" / "bin"
+    import trunner.worker
+
+    here = tmp_path / "trunner" / "worker"
     here.mkdir(parents=True)
-    if beside == "not-executable":
+    if inside == "not-executable":
         (here / "trunner-worker").write_text("#!/bin/sh\n")
         (here / "trunner-worker").chmod(0o644)
-    monkeypatch.setattr(sys, "executable", str(here / "python"))
+    monkeypatch.setattr(trunner.worker, "__file__", str(here / "__init__.py"))
     with pytest.raises(RunnerError) as info:
         Runner(temp_root=str(jail_root))
     assert info.value.reason is Reason.WORKER_NOT_FOUND
-    assert str(here / "trunner-worker") in info.value.detail
-    assert str(tmp_path / "venv" / "trunner-worker") in info.value.detail
+    assert info.value.detail == f"no executable trunner-worker at {here / 'trunner-worker'}"
     assert child_pids() == []
     assert os.listdir(jail_root) == []

@@ -6,6 +6,9 @@ this package and must not pay for trio or msgspec. (The helper's exit
 codes are re-exported by `trunner.backend`, the backend seam.)
 """
 
+#: The release (the one version source: pyproject.toml reads it, as does `trunner --version`).
+__version__ = "0.1.0"
+
 # Not `from typing import TYPE_CHECKING`: importing typing costs the helper ~5 ms.
 TYPE_CHECKING = False
 if TYPE_CHECKING:

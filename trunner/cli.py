@@ -35,6 +35,8 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from trunner import __version__
+
 #: Exit codes (see the module's docstring).
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -146,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     _Parser.usage_exit = EXIT_OWN_FAILURE if own_exit else EXIT_USAGE
     parser = _Parser(prog="trunner", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"trunner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="run a worker mode on one request")
     run.add_argument("mode")

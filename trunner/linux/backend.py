@@ -16,6 +16,7 @@ import errno
 import os
 import platform
 import signal
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -354,7 +355,8 @@ class LinuxBackend:
     def helper_launch(self) -> tuple[str, ...]:
         """How to start the worker binary in helper mode.
 
-        A Python worker script runs under its own shebang interpreter with
+        A Python worker script (a `#!` line naming python, as the package's
+        own) runs under this interpreter, which the jail always sees, with
         `-I -S`: the helper needs only the standard library and trunner's own
         modules (found through `--path`), so it skips `site` and every `.pth`
         file, about a third of its start-up. Any other worker is run as is.
@@ -367,11 +369,14 @@ class LinuxBackend:
         """A `builtin` mode needs only the standard library and trunner, so a
         Python worker runs it as the helper runs: `python -I -S WORKER --path
         DIR MODE` (no site, no .pth files). A user mode keeps site-packages
-        and PYTHONPATH, where its code is found: `WORKER MODE`."""
+        and PYTHONPATH, where its code is found, with trunner's dir after
+        them: `python -P WORKER --path DIR MODE`."""
         launch = self.helper_launch()
-        if builtin and len(launch) > 1:
+        if len(launch) == 1:
+            return (self.worker, mode)
+        if builtin:
             return (*launch, mode)
-        return (self.worker, mode)
+        return (launch[0], "-P", *launch[3:], mode)
 
     def host_paths(self) -> HostPaths:
         if self._paths is None:
@@ -522,10 +527,9 @@ def _launch(worker: str, trunner_dir: str) -> tuple[str, ...]:
             first = f.readline(512)
     except OSError:
         return (worker,)
-    interpreter = first[2:].strip().decode(errors="replace")
-    if not first.startswith(b"#!") or " " in interpreter or "python" not in interpreter:
+    if not first.startswith(b"#!") or b"python" not in first or not sys.executable:
         return (worker,)
-    return (interpreter, "-I", "-S", worker, "--path", trunner_dir)
+    return (sys.executable, "-I", "-S", worker, "--path", trunner_dir)
 
 
 def signal_name(sig: int) -> str:

@@ -23,6 +23,10 @@
  * No policy lives here: trunner.linux.install and mounts decide what to call.
  */
 #define PY_SSIZE_T_CLEAN
+/* The stable ABI of 3.11: one _kernel.abi3.so for every CPython from 3.11 on. */
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030B0000
+#endif
 #include <Python.h>
 
 #include <errno.h>
@@ -78,8 +82,12 @@ kernel_syscall(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             a[i - 1] = (long)views[nviews].buf;
             nviews++;
         } else {
-            PyErr_Format(PyExc_TypeError, "syscall argument %zd: int, None or bytes, not %s",
-                         i, Py_TYPE(arg)->tp_name);
+            PyObject *name = PyType_GetName(Py_TYPE(arg));
+            if (name != NULL) {
+                PyErr_Format(PyExc_TypeError, "syscall argument %zd: int, None or bytes, not %U",
+                             i, name);
+                Py_DECREF(name);
+            }
             goto done;
         }
     }
