@@ -437,11 +437,13 @@ def resolve_paths(paths: Sequence[str], host: HostPaths) -> list[str]:
     return out
 
 
-def _outermost(paths: Sequence[str]) -> list[str]:
-    """Sorted, with every path inside another one dropped (one bind covers it)."""
+def _outermost(paths: Sequence[str], keep: str = "") -> list[str]:
+    """Sorted, with every path inside another one dropped (one bind covers
+    it), except `keep`, which stays a bind of its own wherever it is."""
     out: list[str] = []
     for path in sorted({os.path.normpath(p) for p in paths}):
-        if not any(path == kept or path.startswith(kept.rstrip("/") + "/") for kept in out):
+        if path == keep or not any(
+                path == kept or path.startswith(kept.rstrip("/") + "/") for kept in out):
             out.append(path)
     return out
 
@@ -478,7 +480,9 @@ def root_ops(binds: Sequence[str], host: HostPaths) -> tuple[RootOp, ...]:
             real.append(entry.real)
         else:
             real.append(path)
-    ops += [Bind(source=path, path=path) for path in _outermost(real)]
+    # The package is bound on its own even inside the interpreter's prefix (a
+    # wheel in a venv), as in an editable checkout: the same rules version.
+    ops += [Bind(source=path, path=path) for path in _outermost(real, keep=host.package)]
     ops += links
     ops.append(Dir(path="/etc", mode=0o755))
     for path in ETC_FILES:

@@ -121,13 +121,17 @@ def _bind(source: str, target: str, flags: int) -> None:
     mount("", target, "", MS_REMOUNT | MS_BIND | keep | extra)
 
 
-def _skeleton(target: str, scratch_dirs: "list[str]", skeletons: "list[str]") -> None:
+def _skeleton(target: str, scratch_dirs: "list[str]", skeletons: "list[str]",
+              bound: "list[str]") -> None:
     """If `target` lies in a scratch dir, make the first directory below
-    that dir a tmpfs of its own (once), to be remounted read-only."""
+    that dir a tmpfs of its own (once), to be remounted read-only; unless
+    that dir is itself a bind (`bound`: a venv in /tmp, the package in it)."""
     for base in scratch_dirs:
         if target.startswith(base):
             top = base + target[len(base):].partition("/")[0]
-            if top != target and top not in skeletons:
+            if top == target:
+                bound.append(top)
+            elif top not in skeletons and top not in bound:
                 posix.mkdir(top, 0o755)
                 mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
                 skeletons.append(top)
@@ -154,6 +158,7 @@ def build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any
           f"mode=0755,size={size},nr_inodes={inodes}")
     scratch_dirs: list[str] = []
     skeletons: list[str] = []
+    bound: list[str] = []
     for item in ops:
         op = item["op"]
         target = NEW + item["path"]
@@ -161,7 +166,7 @@ def build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any
             _mask_socket(target)
             continue
         if op != "scratch":
-            _skeleton(target, scratch_dirs, skeletons)
+            _skeleton(target, scratch_dirs, skeletons, bound)
         if op == "bind":
             _bind(OLD + item["source"], target, item["flags"])
         elif op == "dir":
