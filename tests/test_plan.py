@@ -196,3 +196,58 @@ def test_the_helper_refuses_a_plan_of_other_fields(edit: str) -> None:
         helper._read_plan([item, "3", "--", "/bin/true"])
     assert info.value.step == ("plan: unknown swallow" if edit == "extra" else
                                "plan: missing fail_at")
+
+
+def _layout(tmp_path: Path, *, wheel: bool) -> Any:
+    """Host paths of one venv at tmp_path/venv, with trunner in its
+    site-packages (a wheel) or in a checkout beside it (editable)."""
+    from trunner.linux.plan import profile_paths
+    from trunner.linux.probe import HostPaths, PathEntry, snapshot
+
+    there = snapshot(profile_paths(DEFAULT_PROFILE))
+    venv = str(tmp_path / "venv")
+    top = f"{venv}/lib/python3/site-packages" if wheel else str(tmp_path / "checkout")
+    dirs = {venv, top, f"{top}/trunner"}
+    entries = {p: e for p, e in there.entries.items()
+               if not any(p == o or p.startswith(o + "/") for o in there.python)}
+    return HostPaths(python=(venv,), package=f"{top}/trunner", trunner_dir=top,
+                     entries={**entries, **{d: PathEntry(kind="dir") for d in dirs}})
+
+
+def test_a_wheel_in_a_venv_has_an_editable_checkouts_rules(tmp_path: Path) -> None:
+    """The package is a bind of its own inside the interpreter's prefix too,
+    so where trunner is installed does not change the rules version."""
+    from trunner.linux.plan import plan_jail
+
+    host = dataclasses.replace(probe_host(), is_root=False, uid=1234, gid=1234,
+                               process_limit=ProcessLimit("userns_nproc"))
+    hashed = []
+    for wheel in (True, False):
+        paths = _layout(tmp_path, wheel=wheel)
+        plan = plan_jail(LIMITS, host, paths, DEFAULT_PROFILE)
+        binds = [op.path for op in plan.root_ops if isinstance(op, Bind)]
+        assert paths.package in binds
+        assert paths.python[0] in binds
+        hashed.append(hashed_plan(plain(plan), paths, {}))
+    assert hashed[0] == hashed[1]
+
+
+def test_msgspec_outside_the_interpreters_paths_is_bound_beside_the_package(
+        tmp_path: Path) -> None:
+    """A `--target` layout: what a user mode's adapter imports is bound too."""
+    import msgspec as msgspec_struct
+
+    from trunner.linux.plan import plan_jail
+    from trunner.linux.probe import PathEntry, beside_dirs
+
+    assert beside_dirs(()) != ()  # msgspec is importable here, outside no path
+    inside = beside_dirs(("/",))
+    assert inside == ()
+    host = dataclasses.replace(probe_host(), is_root=False, uid=1234, gid=1234,
+                               process_limit=ProcessLimit("userns_nproc"))
+    paths = _layout(tmp_path, wheel=False)
+    msgspec = f"{paths.trunner_dir}/msgspec"
+    paths = msgspec_struct.structs.replace(
+        paths, beside=(msgspec,), entries={**paths.entries, msgspec: PathEntry(kind="dir")})
+    plan = plan_jail(LIMITS, host, paths, DEFAULT_PROFILE)
+    assert msgspec in [op.path for op in plan.root_ops if isinstance(op, Bind)]

@@ -431,7 +431,7 @@ def resolve_paths(paths: Sequence[str], host: HostPaths) -> list[str]:
         if path == PYTHON_PATHS:
             out += host.python
         elif path == TRUNNER_PATH:
-            out.append(host.package)
+            out += [host.package, *host.beside]
         elif host.kind(path) != "missing":
             out.append(path)
     return out

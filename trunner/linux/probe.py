@@ -125,6 +125,10 @@ class HostPaths(msgspec.Struct, frozen=True, kw_only=True):
     package: str
     #: The dir trunner is imported from (the package's parent, on sys.path).
     trunner_dir: str
+    #: What a user mode's adapter imports beside trunner (msgspec's package
+    #: dir) where no interpreter path holds it: a `--target` or `--user`
+    #: layout. Bound with the package.
+    beside: tuple[str, ...] = ()
     entries: dict[str, PathEntry]
 
     def kind(self, path: str) -> str:
@@ -149,6 +153,19 @@ def trunner_dir() -> str:
     return os.path.dirname(package_dir())
 
 
+def beside_dirs(python: tuple[str, ...]) -> tuple[str, ...]:
+    """msgspec's package dir, unless an interpreter path holds it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("msgspec")
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    where = os.path.abspath(next(iter(spec.submodule_search_locations)))
+    if any(where.startswith(path.rstrip("/") + "/") for path in python):
+        return ()
+    return (where,)
+
+
 def _entry(path: str) -> PathEntry:
     if os.path.islink(path):
         return PathEntry(kind="symlink", target=os.readlink(path), real=os.path.realpath(path))
@@ -163,6 +180,7 @@ def snapshot(paths: Iterable[str]) -> HostPaths:
     """The host facts for a plan naming `paths` (trunner's and the
     interpreter's own paths are added)."""
     python, package = python_paths(), package_dir()
-    every = {*paths, *python, package}
-    return HostPaths(python=python, package=package, trunner_dir=trunner_dir(),
+    beside = beside_dirs(python)
+    every = {*paths, *python, package, *beside}
+    return HostPaths(python=python, package=package, trunner_dir=trunner_dir(), beside=beside,
                      entries={path: _entry(path) for path in sorted(every)})
