@@ -212,7 +212,7 @@ async def leave_one_out(worker: str, tmp: str, n: int) -> dict[str, Any]:
     """Floors, the full plan, the full plan without each skippable layer
     and without all of them; interleaved, the first variant rotating."""
     python = os.path.realpath(sys.executable)  # noqa: ASYNC240  setup, untimed
-    venv_python = os.path.join(os.path.dirname(worker), "python")
+    venv_python = sys.executable  # the venv's, which starts a user mode's adapter
     variants = {
         "/bin/true (spawn floor)": BenchBackend(worker, bare=("/bin/true",)),
         "python -I -S -c pass": BenchBackend(worker, bare=(python, "-I", "-S", "-c", "pass")),
@@ -329,7 +329,7 @@ async def parent_phases(worker: str, tmp: str, n: int) -> dict[str, Any]:
         at = backend.at
         at.clear()
         at["begin"] = now()
-        adapter = (worker, runner.resolve_mode("echo"))
+        adapter = backend.adapter_argv(runner.resolve_mode("echo"), builtin=True)
         frame = encode_frame(payload)
         at["encoded"] = now()
         runner.rules_version(LIMITS)
