@@ -5,7 +5,8 @@ makes rather than relying on where CI put the checkout:
 
 - `temp_install()`: a venv under the temp dir (world-readable, from a
   world-readable interpreter of this Python's version), holding a copy of
-  this trunner and of what it imports. Its jails bind it inside their own
+  the trunner package this process imports (a checkout's or an installed
+  wheel's, its worker binary inside it) and of what it imports. Its jails bind it inside their own
   scratch /tmp, where the jail's uid owns the directories above it.
 - `run_caller(install, script, uid=...)`: run `script` with that venv's
   Python as `uid` (from root, through `setpriv`; not root, as oneself): a
@@ -29,7 +30,6 @@ from pathlib import Path
 #: What trunner imports in the caller, beside the standard library.
 DEPENDENCIES = ("trio", "outcome", "sniffio", "sortedcontainers", "attr", "attrs", "idna",
                 "msgspec", "blake3", "pyseccomp")
-REPO = Path(__file__).resolve().parent.parent
 
 
 def readable_by_all(path: str) -> bool:
@@ -73,11 +73,8 @@ def temp_install(python: str) -> Path:
                                check=True, capture_output=True, text=True).stdout.strip())
     for name in DEPENDENCIES:
         _copy_module(name, site)
-    shutil.copytree(REPO / "trunner", site / "trunner", symlinks=True)
-    worker = venv / "bin/trunner-worker"
-    body = (REPO / "bin/trunner-worker").read_text().split("\n", 1)[1]
-    worker.write_text(f"#!{venv}/bin/python\n{body}")
-    worker.chmod(0o755)
+    # The package actually imported (trunner/worker/trunner-worker inside it).
+    _copy_module("trunner", site)
     # As scripts/setup does: the jail cannot write __pycache__, nor should a caller.
     subprocess.run([str(venv / "bin/python"), "-m", "compileall", "-q", str(site)],
                    check=True, stdout=subprocess.DEVNULL)

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 from conftest import TESTS_DIR
 from support import run_code
 from trunner.linux.probe import package_dir, trunner_dir
@@ -95,7 +97,8 @@ async def test_an_editable_checkout_shows_only_the_package(runner: Runner) -> No
     probes = [os.path.join(root, name) for name in (".git", "pyproject.toml", "README.md",
                                                     "scripts", "benchmarks")]
     probes = [p for p in probes if os.path.exists(p)]
-    assert probes  # a checkout: something besides the package is there on the host
+    if not probes:  # scripts/test-installed: the wheel's package, not a checkout
+        pytest.skip(f"trunner is imported from {root}, not a checkout")
     result = await run_code(runner, f"""
         result = {{p: attempt(lambda: os.stat(p).st_mode) for p in {probes!r}}}
         result["package"] = attempt(lambda: sorted(os.listdir({package_dir()!r}))[:1])

@@ -26,6 +26,7 @@ from installed import run_caller, temp_install, unused_id, world_python
 
 from conftest import landlock_cap
 from support import run_code
+from trunner.linux.probe import trunner_dir
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -276,8 +277,8 @@ def test_nothing_trunner_trusts_can_be_renamed_or_replaced(
 def test_the_adapter_ends_at_any_import_once_its_program_runs() -> None:
     """The exec adapter's seal, in a plain process: what `_prepare` imported
     is there; anything else ends the process (exit 1, no frame)."""
-    repo = str(Path(__file__).resolve().parents[2])
-    code = (f"import sys; sys.path.insert(0, {repo!r})\n"
+    where = trunner_dir()  # the checkout, or the site-packages trunner is installed in
+    code = (f"import sys; sys.path.insert(0, {where!r})\n"
             "from trunner.worker.exec_mode import _prepare\n"
             "_prepare(['build/*.o'])\n"
             "import fnmatch, struct\n"  # imported before: no import happens
