@@ -288,3 +288,18 @@ def test_doctor_layers_without_landlock_or_a_namespace() -> None:
     assert not layers["provider_profile"]["holds"]
     # A cap above what the kernel has does not hold either.
     assert not host_layers(_host(5, ALL_NS), 6)["landlock"]["holds"]
+
+
+def test_a_reader_that_left_is_no_traceback(jail_root: Path) -> None:
+    """`trunner exec ... | head`: stdout's reader gone before the answer."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "trunner"), "exec", "--",
+             "/bin/echo", "hi"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=60,
+            env={**os.environ, "TMPDIR": str(jail_root)})
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert os.listdir(jail_root) == []

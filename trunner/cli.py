@@ -123,8 +123,13 @@ def _limits(args: argparse.Namespace) -> Any:  # noqa: ANN401
 
 
 def _print(obj: object) -> None:
-    sys.stdout.buffer.write(msgspec.json.encode(obj) + b"\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.buffer.write(msgspec.json.encode(obj) + b"\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `trunner exec ... | head`: the reader left, as is its right
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 class _Parser(argparse.ArgumentParser):
