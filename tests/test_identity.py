@@ -213,6 +213,38 @@ async def test_the_range_is_refused_while_a_host_process_runs_as_an_id(jail_root
     Runner(temp_root=str(jail_root), host_ids=ids)  # gone: the range is free
 
 
+@root_only
+async def test_a_run_that_ends_between_the_two_reads_is_not_a_user(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check reads the processes, then each one's id lock: a run (of
+    another trunner) that ends in between released its lock after its
+    process was seen. Its process is looked at again, and is gone."""
+    ids = range(SMALL, SMALL + 16)
+    uid = SMALL + 5
+    run = subprocess.Popen(  # noqa: ASYNC220  it waits on stdin, ended below
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "cat"],
+        stdin=subprocess.PIPE)
+    try:
+        await wait_until(lambda: live_status(run.pid)["Uid"].split()[0] == str(uid), 30,
+                         f"the run's process as {uid}")
+        host = HostIds(ids)
+        assert host.users() == [f"process {run.pid} (cat) runs as id {uid}"]
+
+        def run_ends_then_lock_is_free(host_id: int) -> bool:
+            assert run.stdin is not None
+            run.stdin.close()
+            run.wait(timeout=10)
+            return False
+
+        monkeypatch.setattr(host, "_held", run_ends_then_lock_is_free)
+        assert host.users() == []
+    finally:
+        if run.poll() is None:
+            assert run.stdin is not None
+            run.stdin.close()
+            run.wait(timeout=10)
+
+
 LOOP = "while True: pass"
 
 

@@ -129,7 +129,9 @@ class HostIds:
         for pid, name, used in _processes(files.proc, ids):
             # A trunner run (this host's, any process's) holds its id's lock.
             foreign = sorted(i for i in used if not self._held(i))
-            if foreign:
+            # A run that ended between the two reads released its lock after
+            # its last process was seen: look at the process again.
+            if foreign and set(foreign) & _ids_of(files.proc, str(pid), ids):
                 found.append(f"process {pid} ({name}) runs as id {foreign[0]}")
         return found
 
@@ -229,18 +231,31 @@ def _processes(proc: str, ids: range) -> list[tuple[int, str, set[int]]]:
     as a real, effective, saved or filesystem uid or gid."""
     out = []
     for entry in os.listdir(proc):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"{proc}/{entry}/status", encoding="utf-8", errors="replace") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # exited while we looked
-        used = {int(v) for key in ("Uid", "Gid") for v in fields.get(key, "").split()
-                if int(v) in ids}
-        if used and not _dead(proc, entry, fields):
-            out.append((int(entry), fields.get("Name", "").strip(), used))
+        if entry.isdigit():
+            fields = _status(proc, entry)
+            used = _used(fields, ids)
+            if used and not _dead(proc, entry, fields):
+                out.append((int(entry), fields.get("Name", "").strip(), used))
     return out
+
+
+def _status(proc: str, pid: str) -> dict[str, str]:
+    try:
+        with open(f"{proc}/{pid}/status", encoding="utf-8", errors="replace") as f:
+            return dict(line.split(":", 1) for line in f if ":" in line)
+    except (FileNotFoundError, ProcessLookupError):
+        return {}  # exited while we looked
+
+
+def _used(fields: dict[str, str], ids: range) -> set[int]:
+    return {int(v) for key in ("Uid", "Gid") for v in fields.get(key, "").split()
+            if int(v) in ids}
+
+
+def _ids_of(proc: str, pid: str, ids: range) -> set[int]:
+    """The ids of the range `pid` holds now; none once it is dead or gone."""
+    fields = _status(proc, pid)
+    return set() if _dead(proc, pid, fields) else _used(fields, ids)
 
 
 _PF_EXITING: Final = 0x4
