@@ -63,8 +63,18 @@ def _copy_module(name: str, site: Path) -> None:
 
 
 def temp_install(python: str) -> Path:
-    """A venv under the temp dir with this trunner in it; returns its root."""
+    """A venv under the temp dir with this trunner in it; returns its root
+    (removed again if making it fails)."""
     root = Path(tempfile.mkdtemp(prefix="trunner-install-", dir="/tmp"))
+    try:
+        _fill(root, python)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return root
+
+
+def _fill(root: Path, python: str) -> None:
     root.chmod(0o755)
     venv = root / "venv"
     subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
@@ -79,7 +89,6 @@ def temp_install(python: str) -> Path:
     subprocess.run([str(venv / "bin/python"), "-m", "compileall", "-q", str(site)],
                    check=True, stdout=subprocess.DEVNULL)
     subprocess.run(["chmod", "-R", "a+rX", str(root)], check=True)
-    return root
 
 
 def unused_id() -> int:
