@@ -122,15 +122,17 @@ def _bind(source: str, target: str, flags: int) -> None:
 
 
 def _skeleton(target: str, scratch_dirs: "list[str]", skeletons: "list[str]",
-              bound: "list[str]") -> None:
+              bound: "list[str]", read_only_bind: bool) -> None:
     """If `target` lies in a scratch dir, make the first directory below
     that dir a tmpfs of its own (once), to be remounted read-only; unless
-    that dir is itself a bind (`bound`: a venv in /tmp, the package in it)."""
+    that dir is itself a read-only bind (`bound`: a venv in /tmp, the
+    package inside it)."""
     for base in scratch_dirs:
         if target.startswith(base):
             top = base + target[len(base):].partition("/")[0]
             if top == target:
-                bound.append(top)
+                if read_only_bind:
+                    bound.append(top)
             elif top not in skeletons and top not in bound:
                 posix.mkdir(top, 0o755)
                 mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
@@ -166,7 +168,8 @@ def build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any
             _mask_socket(target)
             continue
         if op != "scratch":
-            _skeleton(target, scratch_dirs, skeletons, bound)
+            read_only_bind = op == "bind" and not item["flags"] & BIND_WRITABLE
+            _skeleton(target, scratch_dirs, skeletons, bound, read_only_bind)
         if op == "bind":
             _bind(OLD + item["source"], target, item["flags"])
         elif op == "dir":
