@@ -6,6 +6,7 @@ else's runs as the caller. Inside, every jail is uid/gid 1000 (`trunner`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import subprocess
@@ -24,7 +25,7 @@ from trunner.linux.plan import JAIL_ID
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
 root_only = pytest.mark.skipif(os.getuid() != 0, reason="a root caller's host ids (not root:"
                                " jails run as the caller, no range, no lock dir of root's)")
@@ -192,24 +193,37 @@ def test_the_range_is_refused_when_the_host_names_an_id_in_it(tmp_path: Path, ja
     Runner(temp_root=str(jail_root), backend=LinuxBackend(locate_worker(), host_ids=ids))
 
 
+@contextlib.asynccontextmanager
+async def host_process_as(uid: int) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """A host process (`cat`) running as `uid`, ended (stdin closed, reaped)
+    on the way out unless it has already."""
+    process = subprocess.Popen(  # noqa: ASYNC220  it waits on stdin, ended below
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "cat"],
+        stdin=subprocess.PIPE)
+    try:
+        await wait_until(lambda: live_status(process.pid)["Uid"].split()[0] == str(uid), 30,
+                         f"a host process running as {uid}")
+        yield process
+    finally:
+        end(process)
+
+
+def end(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(timeout=10)
+
+
 @root_only
 async def test_the_range_is_refused_while_a_host_process_runs_as_an_id(jail_root: Path) -> None:
     ids = range(SMALL, SMALL + 16)
     uid = SMALL + 3
-    squatter = subprocess.Popen(  # noqa: ASYNC220  it waits on stdin, ended below
-        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "cat"],
-        stdin=subprocess.PIPE)
-    try:
-        await wait_until(lambda: live_status(squatter.pid)["Uid"].split()[0] == str(uid), 30,
-                         f"the squatter running as {uid}")
+    async with host_process_as(uid) as squatter:
         with pytest.raises(RunnerError) as info:
             Runner(temp_root=str(jail_root), host_ids=ids)
         assert info.value.reason is Reason.HOST_IDS_IN_USE
         assert f"process {squatter.pid} (cat) runs as id {uid}" in info.value.detail
-    finally:
-        assert squatter.stdin is not None
-        squatter.stdin.close()
-        squatter.wait(timeout=10)
     Runner(temp_root=str(jail_root), host_ids=ids)  # gone: the range is free
 
 
@@ -221,28 +235,16 @@ async def test_a_run_that_ends_between_the_two_reads_is_not_a_user(
     process was seen. Its process is looked at again, and is gone."""
     ids = range(SMALL, SMALL + 16)
     uid = SMALL + 5
-    run = subprocess.Popen(  # noqa: ASYNC220  it waits on stdin, ended below
-        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "cat"],
-        stdin=subprocess.PIPE)
-    try:
-        await wait_until(lambda: live_status(run.pid)["Uid"].split()[0] == str(uid), 30,
-                         f"the run's process as {uid}")
+    async with host_process_as(uid) as run:
         host = HostIds(ids)
         assert host.users() == [f"process {run.pid} (cat) runs as id {uid}"]
 
         def run_ends_then_lock_is_free(host_id: int) -> bool:
-            assert run.stdin is not None
-            run.stdin.close()
-            run.wait(timeout=10)
+            end(run)
             return False
 
         monkeypatch.setattr(host, "_held", run_ends_then_lock_is_free)
         assert host.users() == []
-    finally:
-        if run.poll() is None:
-            assert run.stdin is not None
-            run.stdin.close()
-            run.wait(timeout=10)
 
 
 LOOP = "while True: pass"
