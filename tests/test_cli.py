@@ -66,6 +66,21 @@ def test_locate_worker_finds_the_binary_inside_the_package() -> None:
         assert b"python" in f.readline()  # so it runs under this interpreter, -I -S
 
 
+def test_the_worker_runs_under_this_interpreter() -> None:
+    """-I -S for the helper and a built-in mode; -P, with site, for a user mode."""
+    from trunner.linux.backend import LinuxBackend
+    from trunner.linux.probe import trunner_dir
+
+    worker = locate_worker()
+    backend = LinuxBackend(worker)
+    path = ("--path", trunner_dir())
+    assert backend.helper_launch() == (sys.executable, "-I", "-S", worker, *path)
+    assert backend.adapter_argv("echo", builtin=True) == (
+        sys.executable, "-I", "-S", worker, *path, "echo")
+    assert backend.adapter_argv("pkg.mod:fn", builtin=False) == (
+        sys.executable, "-P", worker, *path, "pkg.mod:fn")
+
+
 def test_version_is_one_string_everywhere() -> None:
     import trunner
 

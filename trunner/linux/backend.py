@@ -376,7 +376,8 @@ class LinuxBackend:
             return (self.worker, mode)
         if builtin:
             return (*launch, mode)
-        return (launch[0], "-P", *launch[3:], mode)
+        python, _isolated, _no_site, *worker_and_path = launch
+        return (python, "-P", *worker_and_path, mode)
 
     def host_paths(self) -> HostPaths:
         if self._paths is None:
