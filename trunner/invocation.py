@@ -30,7 +30,7 @@ from trunner.spawn import Child, spawn
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from trunner.jail import JailBackend
+    from trunner.jail import JailBackend, Spawner
     from trunner.limits import Limits
 
 #: Most stderr bytes quoted in a `RunnerError.detail`.
@@ -80,15 +80,16 @@ class Started:
 
 
 async def start(backend: JailBackend, adapter_argv: Sequence[str], limits: Limits,
-                temp_root: str | None) -> Started:
-    """Open a jail and spawn the helper into it.
+                temp_root: str | None, spawner: Spawner | None = None) -> Started:
+    """Open a jail and spawn the helper into it (through `spawner`, a pool's
+    fork server, if given).
 
     Raises:
         RunnerError: `spawn_failed`, or the backend's refusal.
     """
     jail = await open_jail(backend, adapter_argv, limits, temp_root)
     try:
-        return Started(jail, await spawn(jail))
+        return Started(jail, await (spawn(jail) if spawner is None else spawner.spawn(jail)))
     except BaseException:
         await close_jail(jail)
         raise
@@ -196,7 +197,7 @@ def adapter_usage(outcome: Outcome, jail: Jail) -> Usage | None:
 async def invoke(
     backend: JailBackend, adapter_argv: Sequence[str], limits: Limits, temp_root: str | None,
     request: object, caps: Caps, response_type: Any = Any,  # noqa: ANN401  as in judge
-    *, started: Started | None = None,
+    *, started: Started | None = None, spawner: Spawner | None = None,
 ) -> Result[Any]:
     """One invocation: `request` served by `started` (a prewarmed child) or
     by a child started now, judged. Nothing but a `RunnerError` (or the
@@ -211,7 +212,7 @@ async def invoke(
                 await discard(started)
             raise
         if started is None:
-            started = await start(backend, adapter_argv, limits, temp_root)
+            started = await start(backend, adapter_argv, limits, temp_root, spawner)
         outcome = await serve(started, frame, caps)
         response = judge(outcome, started.jail, caps.stdout_max_bytes, response_type)
         usage = (response.usage if response_type is ExecResult

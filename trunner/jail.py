@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from trunner.limits import Limits
+    from trunner.spawn import Child
 
 
 @dataclass(frozen=True)
@@ -168,3 +169,26 @@ class JailBackend(Protocol):
 
     def sweep(self, temp_root: str | None) -> list[str]:
         """Remove what dead owners of this uid left (jail dirs, cgroups)."""
+
+    def fork_server(self, mode: str) -> Spawner:
+        """What a pool of `mode` starts its jails' commands with instead of
+        a spawn each: the platform's fork server, started on first use."""
+
+
+class Spawner(Protocol):
+    """Starts jails' first stages; an async context manager that stops what
+    it started at its end (a pool's fork server)."""
+
+    #: Requests that failed because the server died with them.
+    losses: int
+
+    async def spawn(self, jail: Any) -> Child:  # noqa: ANN401  the backend's own Jail
+        """Start `jail`'s first stage as the parent's child, its group listed
+        with the watchdog. Raises `RunnerError`."""
+
+    async def aclose(self) -> object:
+        """Stop what it started; it starts again on the next `spawn`."""
+
+    async def __aenter__(self) -> Spawner: ...
+
+    async def __aexit__(self, *exc: object) -> object: ...

@@ -49,6 +49,7 @@ class WorkerPool:
         self._last_use = 0.0
         self._wanted = trio.Event()
         self._open = False
+        self._spawner = backend.fork_server(mode)
 
     async def __aenter__(self) -> WorkerPool:
         self._cm = self._running()
@@ -70,7 +71,7 @@ class WorkerPool:
         failure: RunnerError | None = None
         try:
             try:
-                async with trio.open_nursery() as nursery:
+                async with self._spawner, trio.open_nursery() as nursery:
                     # Returns once the pool is full: warm on entry.
                     await nursery.start(self._refill)
                     try:
@@ -136,12 +137,26 @@ class WorkerPool:
         try:
             return await invocation.invoke(self._backend, self._argv, self._limits,
                                            self._temp_root, request, caps, response_type,
-                                           started=started)
+                                           started=started, spawner=self._spawner)
         finally:
             # Refill after the reply, not before: a new worker's start-up
             # (helper, adapter imports: most of an invocation's CPU) would
             # compete with this run for the CPU.
             self._wanted.set()
+
+    async def _start(self) -> invocation.Started:
+        """A worker for the idle queue. A server that dies with the request
+        fails it; a refill, which no caller waits on, tries once more (on a
+        new server) before that ends the pool."""
+        losses = self._spawner.losses
+        try:
+            return await invocation.start(self._backend, self._argv, self._limits,
+                                          self._temp_root, self._spawner)
+        except RunnerError:
+            if self._spawner.losses == losses:
+                raise
+        return await invocation.start(self._backend, self._argv, self._limits,
+                                      self._temp_root, self._spawner)
 
     async def _refill(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                       ) -> None:
@@ -157,18 +172,18 @@ class WorkerPool:
             # Fresh before looking, so a run() during the awaits below is seen.
             self._wanted = trio.Event()
             if trio.current_time() - self._last_use >= self.idle_s:
-                # Unused for idle_s: end the idle workers, refill on next use.
+                # Unused for idle_s: end the idle workers and the fork
+                # server, refill (and restart it) on next use.
                 while self._idle:
                     await invocation.discard(self._idle.popleft())
+                await self._spawner.aclose()
                 announce()
                 await self._wanted.wait()
             elif len(self._idle) < self.size:
                 # A refill that cannot spawn ends the pool: its RunnerError
                 # (anything else as internal_error) leaves the `async with`.
                 with invocation.only_runner_errors():
-                    started = await invocation.start(self._backend, self._argv, self._limits,
-                                                     self._temp_root)
-                self._idle.append(started)
+                    self._idle.append(await self._start())
             else:
                 announce()
                 with trio.move_on_at(self._last_use + self.idle_s):

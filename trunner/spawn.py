@@ -21,7 +21,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import outcome
 import trio
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from trunner.jail import Jail
+
+T = TypeVar("T")
 
 #: Pipe buffer asked for on stdout: 1 MiB reads then move a whole pipe at once.
 PIPE_BYTES = 1024 * 1024
@@ -52,7 +54,8 @@ class Child:
     #: Read end of the helper's report pipe (non-blocking).
     report_fd: int
     jail: Jail
-    _popen: subprocess.Popen[bytes]
+    #: None for a leader the fork server cloned (`trunner.linux.forkclient`).
+    _popen: subprocess.Popen[bytes] | None
     #: Once closed: the leader's exit code (negative: killed by that
     #: signal) and everything the report pipe carried.
     exit_code: int | None = None
@@ -86,7 +89,8 @@ class Child:
                 # The leader has exited (its pidfd said so): this does not block.
                 _, status = os.waitpid(self.pid, 0)  # noqa: ASYNC222
                 self.exit_code = os.waitstatus_to_exitcode(status)
-                self._popen.returncode = self.exit_code
+                if self._popen is not None:
+                    self._popen.returncode = self.exit_code
                 os.close(self.pidfd)
                 self.report = _read_all(self.report_fd)
                 await self.jail.wait_gone(self.pid, self.report)
@@ -138,17 +142,30 @@ def _spawn_thread() -> _SpawnThread:
 _Fds = tuple[int, int, int, int]
 
 
-def _popen(jail: Jail) -> tuple[subprocess.Popen[bytes], int, _Fds]:
-    cmd = jail.command
+def run_pipes() -> list[int]:
+    """A run's four pipes, close-on-exec: stdin, stdout (PIPE_BYTES where
+    allowed), stderr, report (its read end non-blocking), as `in_r, in_w,
+    out_r, out_w, err_r, err_w, rep_r, rep_w`."""
     fds: list[int] = []
     try:
         for _ in range(4):
             fds.extend(os.pipe2(os.O_CLOEXEC))
-        in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w = fds
-        os.set_blocking(rep_r, False)
+        os.set_blocking(fds[6], False)
         # Above /proc/sys/fs/pipe-max-size for this user: keep the default.
         with contextlib.suppress(OSError):
-            fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            fcntl.fcntl(fds[3], fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
+
+
+def _popen(jail: Jail) -> tuple[subprocess.Popen[bytes], int, _Fds]:
+    cmd = jail.command
+    fds = run_pipes()
+    try:
+        in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w = fds
         argv = [arg.replace("{report_fd}", str(rep_w)) for arg in cmd.argv]
         popen = subprocess.Popen(
             argv,
@@ -180,27 +197,32 @@ def _popen(jail: Jail) -> tuple[subprocess.Popen[bytes], int, _Fds]:
     return popen, pidfd, (in_w, out_r, err_r, rep_r)
 
 
+async def on_spawn_thread(job: Callable[[], T]) -> T:
+    """Run `job` (a fork) on the spawn thread; shielded: a cancel here
+    would orphan a child that is being born."""
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+    box: list[outcome.Outcome[T]] = []
+
+    def finish(result: object) -> None:
+        box.append(result)  # type: ignore[arg-type]
+        token.run_sync_soon(done.set)
+
+    _spawn_thread().submit(job, finish)
+    with trio.CancelScope(shield=True):
+        await done.wait()
+    return box[0].unwrap()
+
+
 async def spawn(jail: Jail) -> Child:
     """Start the jail's command as the leader of a new session and group.
 
     Raises:
         RunnerError: `spawn_failed`, naming the errno.
     """
-    token = trio.lowlevel.current_trio_token()
-    done = trio.Event()
-    box: list[outcome.Outcome[tuple[subprocess.Popen[bytes], int, _Fds]]] = []
-
-    def finish(result: object) -> None:
-        box.append(result)  # type: ignore[arg-type]
-        token.run_sync_soon(done.set)
-
     started_us = time.monotonic_ns() // 1000
-    _spawn_thread().submit(lambda: _popen(jail), finish)
-    # Shielded: a cancel here would orphan a child that is being born.
-    with trio.CancelScope(shield=True):
-        await done.wait()
     try:
-        popen, pidfd, (in_w, out_r, err_r, rep_r) = box[0].unwrap()
+        popen, pidfd, (in_w, out_r, err_r, rep_r) = await on_spawn_thread(lambda: _popen(jail))
     except OSError as e:
         raise RunnerError(
             Reason.SPAWN_FAILED,

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from trunner.limits import Limits
+    from trunner.linux.forkclient import ForkServer
 
 #: Bump when the meaning of a hashed field changes. 3: the typed plan (tagged
 #: items with named fields), the libseccomp version, install locations
@@ -99,6 +100,11 @@ class LinuxJail:
     memory_cgroup: str | None = None
     host_id: IdLease | None = None
     pgid: int = 0
+    #: The helper's own argv (`PLAN {report_fd} -- ADAPTER...`): what the
+    #: fork server's leader runs (`trunner.linux.forkserver`).
+    stage: tuple[str, ...] = ()
+    #: Served in-process by a fork server's pid 2: a reply needs its ready note.
+    expects_ready: bool = False
 
     def spawned(self, pgid: int) -> None:
         self.pgid = pgid
@@ -181,6 +187,9 @@ class LinuxJail:
             reason = (Reason.PROCESS_COUNT if exit_code == abi.PROCESS_COUNT_EXIT
                       else Reason.SANDBOX_SETUP)
             return Failure(reason, refusal, exit_status=exit_code if exit_code >= 0 else None)
+        if self.expects_ready and exit_code == 0 and abi.READY_NOTE not in notes:
+            return Failure(Reason.SANDBOX_SETUP, "the jail's pid 2 exited 0 without saying it"
+                           " was confined and ready", exit_status=0)
         if exit_code >= 0:
             return None
         sig = -exit_code
@@ -507,9 +516,18 @@ class LinuxBackend:
                 if lease is not None:
                     lease.release()
             raise
-        argv = (*launch, "helper", encode_plan(plan), "{report_fd}", "--", *adapter_argv)
-        return LinuxJail(Command(argv=argv, env=env, cwd=jail_dir), jail_dir, tuple(paths),
-                         memory_dir, lease)
+        stage = (encode_plan(plan), "{report_fd}", "--", *adapter_argv)
+        return LinuxJail(Command(argv=(*launch, "helper", *stage), env=env, cwd=jail_dir),
+                         jail_dir, tuple(paths), memory_dir, lease, stage=stage)
+
+    def fork_server(self, mode: str) -> ForkServer:
+        """A fork server for a pool of `mode` (`trunner.linux.forkclient`),
+        started on first use, stopped at the `async with`'s end."""
+        from trunner.linux.forkclient import ForkServer
+
+        self.check()
+        return ForkServer(self.helper_launch(),
+                          environment(self.profile.environment, self.import_paths), mode)
 
     def sweep(self, temp_root: str | None) -> list[str]:
         """What dead owners of this uid left: their jail dirs under

@@ -36,6 +36,7 @@ from trunner.linux.kernel.abi import (
 
 TYPE_CHECKING = False  # not from typing: importing it costs ~5 ms here
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, NoReturn
 
 class SetupError(Exception):
@@ -46,8 +47,10 @@ class SetupError(Exception):
         self.step, self.err, self.exit_code = step, err, exit_code
 
 
-def main(argv: "list[str]") -> "NoReturn":
-    """Apply the plan in argv[0], then exec argv after `--`. Never returns."""
+def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
+         mode: str = "") -> "NoReturn":
+    """Apply the plan in argv[0], then exec argv after `--`, or (the fork
+    server's runs) call `serve(mode)` in pid 2 instead. Never returns."""
     try:
         _take_report_fd(argv[1] if len(argv) > 1 else "")
         plan, adapter = _read_plan(argv)
@@ -126,6 +129,8 @@ def main(argv: "list[str]") -> "NoReturn":
             if name in skip:
                 continue
             _apply(name, fn, *args)
+        if serve is not None:
+            serve(mode)
         try:
             posix.execv(adapter[0], adapter)
         except OSError as e:

@@ -1,7 +1,8 @@
 """The worker binary's mode dispatch: `trunner-worker MODE`.
 
 `helper` is dispatched first, before anything heavy is imported: it is the
-jail's first stage and must start fast. Every other mode is an adapter
+jail's first stage and must start fast; `server` is that stage kept alive
+for a pool (`trunner.linux.forkserver`). Every other mode is an adapter
 (adapters.py): it reads one request frame, writes one response frame, exits.
 """
 
@@ -20,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         from trunner.linux import helper
 
         helper.main(argv[2:])
+    if argv[1] == "server":
+        from trunner.linux import forkserver
+
+        forkserver.main(argv[2:])
     from trunner.worker import adapters
 
     return adapters.serve(argv[1])

@@ -17,6 +17,14 @@
  *                              IFF_RUNNING added), through an AF_INET datagram
  *                              socket closed before it returns; the flags as
  *                              read back, or OSError(errno).
+ *   clone_parent() -> int      fork as the caller's sibling: clone(CLONE_PARENT
+ *                              | SIGCHLD), with the interpreter's fork hooks
+ *                              (PyOS_BeforeFork, PyOS_AfterFork_*), as
+ *                              os.fork; the child's pid, 0 in the child. The
+ *                              fork server makes each run's leader a child
+ *                              of the runner this way. The caller must be
+ *                              single-threaded (glibc's cached tid is the
+ *                              parent's in the child: nothing here reads it).
  *   NR                         {name: number} of the calls used, from this
  *                              build's <sys/syscall.h>.
  *
@@ -33,6 +41,8 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
+#include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -161,11 +171,34 @@ fail:
     return PyErr_SetFromErrno(PyExc_OSError);
 }
 
+static PyObject *
+kernel_clone_parent(PyObject *module, PyObject *unused)
+{
+    long pid;
+    int err;
+
+    PyOS_BeforeFork();
+    pid = syscall(SYS_clone, (long)(CLONE_PARENT | SIGCHLD), 0L, 0L, 0L, 0L);
+    err = errno;
+    if (pid == 0) {
+        PyOS_AfterFork_Child();
+        return PyLong_FromLong(0);
+    }
+    PyOS_AfterFork_Parent();
+    if (pid < 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLong(pid);
+}
+
 static PyMethodDef kernel_methods[] = {
     {"syscall", (PyCFunction)(void (*)(void))kernel_syscall, METH_FASTCALL,
      "syscall(nr, *args) -> int: a raw system call; -1 raises OSError."},
     {"seccomp_filter", kernel_seccomp_filter, METH_O,
      "seccomp_filter(bpf): install struct sock_filter bytes with PR_SET_SECCOMP."},
+    {"clone_parent", kernel_clone_parent, METH_NOARGS,
+     "clone_parent() -> int: fork as the caller's sibling (CLONE_PARENT); 0 in the child."},
     {"loopback_up", kernel_loopback_up, METH_NOARGS,
      "loopback_up() -> int: bring the network namespace's lo up; its flags."},
     {NULL, NULL, 0, NULL},

@@ -50,6 +50,10 @@ JAIL_PID_NOTE = b"jail-pid"
 #: reaps pid 2 with wait4 and trunner-waiter writes it after an exit or a
 #: signal death other than a seccomp kill (a `run()` mode's `Usage`).
 USAGE_NOTE = b"usage"
+#: Note: "ready", from pid 2 of a fork server's run, confined, just before
+#: it closes the report pipe and serves a built-in mode in-process (the
+#: exec that closes the pipe on the cold path does not happen there).
+READY_NOTE = b"ready"
 
 # -- kernel numbers --------------------------------------------------------------
 

@@ -1,0 +1,290 @@
+"""Parent side of the fork server (`trunner.linux.forkserver`): start it, hand
+it one run at a time, hold each run's leader.
+
+One `ForkServer` serves one pool. The server is started on first use, from
+the spawn thread (its parent-death signal follows that thread), in a session
+of its own listed with the watchdog, and found dead (its pidfd) is started
+again on the next request. A request it dies in fails `spawn_failed`.
+
+Each run's leader is cloned as the parent's own child (CLONE_PARENT), so
+the parent waits for it, kills its group and reaps it as it does a cold
+helper (`spawn.Child`). Per run, in this order, shielded and bounded:
+
+1. the run's pipes, its link (a socketpair) and an O_PATH descriptor of its
+   jail dir, sent with the stage's argv; our copies of the run's ends closed;
+2. the server's answer: `ok PID`, or `refused WHY` (`sandbox_setup`);
+3. PID must be our child (its parent in /proc is us): unreaped, its pid
+   cannot be another process's, so the pidfd taken now is the leader's;
+4. `S` on the link: the leader is in a session of its own, so its group is
+   PID and a group kill reaches all of it;
+5. `jail.spawned(PID)`: the watchdog lists the group;
+6. `G` on the link: only now does the leader start the chain (EOF instead,
+   as when the parent dies first: it exits).
+
+A failure at 3-6 SIGKILLs the leader by its pid (it has forked nothing
+before `G`) and reaps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import marshal
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from trunner.errors import Reason, RunnerError
+from trunner.linux import watchdog
+from trunner.linux.forkserver import RUN_FDS
+from trunner.linux.kernel import abi
+from trunner.spawn import Child, on_spawn_thread, run_pipes
+from trunner.worker.adapters import BUILTIN_MODES
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from trunner.linux.backend import LinuxJail
+
+#: How long the server's answer and the leader's `S` may take.
+REPLY_BOUND_S = 10.0
+#: How long a closed server may take to exit before it is killed.
+STOP_BOUND_S = 1.0
+
+
+@dataclass(eq=False)
+class _Server:
+    popen: subprocess.Popen[bytes]
+    pidfd: int
+    control: socket.socket
+    stderr: int
+
+    def exited(self) -> bool:
+        return bool(_poll(self.pidfd))
+
+    def said(self) -> str:
+        """Its exit and the end of its stderr, once it is reaped."""
+        code = self.popen.returncode
+        text = f"exited {code}" if code is None or code >= 0 else f"was killed by signal {-code}"
+        with contextlib.suppress(OSError):
+            tail = os.read(self.stderr, 1 << 16)[-500:].decode(errors="replace").strip()
+            if tail:
+                text += f" (stderr: {tail})"
+        return text
+
+
+class ForkServer:
+    """The fork server of one pool; `spawn(jail)` starts one run's leader."""
+
+    def __init__(self, launch: Sequence[str], env: Mapping[str, str], mode: str) -> None:
+        self._launch = tuple(launch)
+        self._env = dict(env)
+        #: A built-in mode is served in the run's pid 2 without an exec.
+        self._in_process = mode if mode in BUILTIN_MODES else ""
+        self._server: _Server | None = None
+        self._lock = trio.Lock()
+        #: Servers started (the first one included).
+        self.starts = 0
+        #: Requests that failed because the server died with them.
+        self.losses = 0
+
+    @property
+    def pid(self) -> int | None:
+        """The live server's pid (tests: what a run must not reach)."""
+        return None if self._server is None else self._server.popen.pid
+
+    async def __aenter__(self) -> ForkServer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> str:
+        """Close the channel and see the server gone (what it said: its exit,
+        its stderr). Shielded, idempotent."""
+        said = ""
+        with trio.CancelScope(shield=True):
+            server, self._server = self._server, None
+            if server is not None:
+                said = await _stop(server)
+        return said
+
+    async def spawn(self, jail: LinuxJail) -> Child:
+        """Start `jail`'s leader through the server (see the module's steps).
+
+        Raises:
+            RunnerError: `sandbox_setup` (refused), `spawn_failed`.
+        """
+        jail.expects_ready = bool(self._in_process)
+        stage = [arg.replace("{report_fd}", str(abi.REPORT_FD)) for arg in jail.stage]
+        message = marshal.dumps((stage, self._in_process))
+        with trio.CancelScope(shield=True):
+            try:
+                with trio.fail_after(REPLY_BOUND_S):
+                    child = await self._spawn(jail, message)
+            except OSError as e:
+                raise RunnerError(Reason.SPAWN_FAILED, f"fork server: {e.strerror} (errno"
+                                  f" {e.errno})") from None
+            except trio.TooSlowError:
+                said = await self.aclose()  # it may answer late: never to the next run
+                raise RunnerError(Reason.SPAWN_FAILED, f"fork server: no leader within"
+                                  f" {REPLY_BOUND_S} s; it {said or 'was stopped'}") from None
+        return child
+
+    async def _spawn(self, jail: LinuxJail, message: bytes) -> Child:
+        started_us = time.monotonic_ns() // 1000
+        fds = run_pipes()
+        in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w = fds
+        ours: list[int] = [in_w, out_r, err_r, rep_r]
+        link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            jail_dir = os.open(jail.jail_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                sent = [in_r, out_w, err_w, rep_w, theirs.fileno(), jail_dir]
+                assert len(sent) == RUN_FDS
+                async with self._lock:
+                    pid = await self._request(message, sent)
+            finally:
+                for fd in (in_r, out_w, err_w, rep_w, jail_dir):
+                    os.close(fd)
+                theirs.close()
+            pidfd = await _hold(pid, link, jail)
+        except BaseException:
+            link.close()
+            for fd in ours:
+                os.close(fd)
+            raise
+        link.close()
+        return Child(pid=pid, pidfd=pidfd, started_us=started_us,
+                     stdin=trio.lowlevel.FdStream(in_w), stdout=trio.lowlevel.FdStream(out_r),
+                     stderr=trio.lowlevel.FdStream(err_r), report_fd=rep_r, jail=jail,
+                     _popen=None)
+
+    async def _request(self, message: bytes, fds: list[int]) -> int:
+        """One message on the channel, one answer: the leader's pid."""
+        if self._server is not None and self._server.exited():
+            await self.aclose()  # died between runs: a new one serves this run
+        if self._server is None:
+            self._server = await on_spawn_thread(self._start)
+            self.starts += 1
+        server = self._server
+        try:
+            socket.send_fds(server.control, [message], fds)
+            await trio.lowlevel.wait_readable(server.control)
+            answer = server.control.recv(4096)
+        except (BrokenPipeError, ConnectionResetError):
+            answer = b""
+        if not answer:  # EOF: it died with the request
+            self.losses += 1
+            said = await self.aclose()
+            raise RunnerError(Reason.SPAWN_FAILED, f"the fork server {said} before it started"
+                              " the run; the next run starts a new one")
+        word, _, rest = answer.partition(b" ")
+        if word == b"ok" and rest.isdigit():
+            return int(rest)
+        if word == b"refused":
+            raise RunnerError(Reason.SANDBOX_SETUP,
+                              f"fork server: {rest.decode(errors='replace')}")
+        await self.aclose()
+        raise RunnerError(Reason.SPAWN_FAILED, f"fork server: unexpected answer {answer[:80]!r}")
+
+    def _start(self) -> _Server:
+        """On the spawn thread: the server process and its channel."""
+        control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            popen = subprocess.Popen(
+                [*self._launch, "server", str(theirs.fileno()), str(os.getpid())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_w, cwd="/",
+                env=self._env, close_fds=True, pass_fds=(theirs.fileno(),),
+                start_new_session=True)
+        except BaseException:
+            control.close()
+            os.close(err_r)
+            raise
+        finally:
+            theirs.close()
+            os.close(err_w)
+        try:
+            watchdog.watch(popen.pid, None)
+            pidfd = os.pidfd_open(popen.pid)
+        except BaseException:
+            os.killpg(popen.pid, signal.SIGKILL)
+            watchdog.unwatch(popen.pid)
+            popen.wait()
+            control.close()
+            os.close(err_r)
+            raise
+        control.setblocking(False)
+        os.set_blocking(err_r, False)
+        return _Server(popen, pidfd, control, err_r)
+
+
+async def _hold(pid: int, link: socket.socket, jail: LinuxJail) -> int:
+    """Steps 3-6 of the module's docstring: a pidfd of the leader."""
+    listed = False
+    pidfd = -1
+    try:
+        if _parent_of(pid) != os.getpid():
+            raise RunnerError(Reason.SANDBOX_SETUP, f"fork server: pid {pid} is not the"
+                              " runner's child")
+        pidfd = os.pidfd_open(pid)
+        link.setblocking(False)
+        await trio.lowlevel.wait_readable(link)
+        if link.recv(1) != b"S":
+            raise RunnerError(Reason.SPAWN_FAILED, "the run's leader exited before its session"
+                              " was made")
+        jail.spawned(pid)
+        listed = True
+        link.send(b"G")
+        return pidfd
+    except BaseException:
+        if pidfd >= 0:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # our unreaped child: the pid is its
+            if listed:
+                jail.killed(pid)
+            with trio.CancelScope(shield=True):
+                await trio.lowlevel.wait_readable(pidfd)
+            os.waitpid(pid, 0)  # noqa: ASYNC222  it has exited (its pidfd said so)
+            os.close(pidfd)
+        raise
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _poll(fd: int) -> int:
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return len(poller.poll(0))
+
+
+async def _stop(server: _Server) -> str:
+    """EOF on the channel ends the server; a bounded wait, then its group's
+    kill, its unlisting and its reap; what it said."""
+    server.control.close()
+    with trio.move_on_after(STOP_BOUND_S):
+        await trio.lowlevel.wait_readable(server.pidfd)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.popen.pid, signal.SIGKILL)  # unreaped: the group is its
+    watchdog.unwatch(server.popen.pid)
+    await trio.lowlevel.wait_readable(server.pidfd)
+    server.popen.wait()  # it has exited (its pidfd said so)
+    os.close(server.pidfd)
+    try:
+        return server.said()
+    finally:
+        os.close(server.stderr)

@@ -1,0 +1,138 @@
+"""The fork server: the helper's unconfined first stage, kept alive for a pool.
+
+`trunner-worker server FD PARENT_PID` runs as the helper does (this
+interpreter with `-I -S`, a cleared environment, a session of its own) and
+stops before any confinement step: per run it must still do what only that
+stage can (join cgroups, take the run's ids, build the root, unshare). FD is
+its end of the control channel, a SOCK_SEQPACKET socket only the parent
+holds the other end of. It is all the server holds besides /dev/null on 0-2:
+single-threaded, no other descriptor, no shared mapping; it imports
+trunner's helper chain, the built-in adapters and `socket`, and never a
+user's module.
+
+Each message is one run: the marshal of `(STAGE, MODE)`, STAGE the helper's
+own argv (`PLAN 3 -- ADAPTER...`, as `trunner.linux.helper` reads it) and
+MODE a built-in mode to serve in pid 2 without an exec (or ""), with
+exactly `RUN_FDS` descriptors: the run's stdin, stdout, stderr, report pipe,
+its link (a socketpair to the parent) and its jail dir. The server checks
+the shape only, forks the run's leader as the parent's child
+(`clone_parent`), closes its copies and answers `ok PID`, or `refused WHY`
+with nothing forked. The plan is the leader's to read and refuse, as the
+helper's is. The server keeps nothing of a run.
+
+The leader: a session of its own first, then `S` on the link; it waits for
+`G`, which the parent sends once it holds the leader's pid, a pidfd and a
+watchdog entry (EOF instead: the parent is gone, so it exits). Then it puts
+the run's descriptors at 0-3, enters the jail dir, closes everything else
+and runs the helper's chain (`helper.main`), in the same order. A built-in
+mode is served by pid 2 in-process; a user mode is exec'd as on the cold
+path.
+"""
+
+import marshal
+import posix
+import socket
+
+from trunner.linux import helper
+from trunner.linux.kernel import abi, install
+from trunner.linux.kernel._kernel import clone_parent
+from trunner.worker import adapters, exec_mode  # noqa: F401  served in pid 2, imported once here
+
+TYPE_CHECKING = False  # not from typing (see helper.py)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+#: Descriptors a run message carries, in order.
+RUN_FDS = 6
+#: The largest message the server reads (a plan is a few KiB).
+MAX_MESSAGE = 1 << 20
+#: Where the leader parks the run's descriptors before moving them to 0-3.
+_PARKED = 64
+
+
+class Refused(Exception):
+    """A message the server will not fork for."""
+
+
+def main(argv: "list[str]") -> "NoReturn":
+    """Serve run messages on the control channel until it closes."""
+    try:
+        fd, parent = int(argv[0]), int(argv[1])
+    except (IndexError, ValueError):
+        posix._exit(abi.SANDBOX_SETUP_EXIT)
+    install.set_parent_death_signal(abi.SIGKILL)
+    if posix.getppid() != parent:  # the parent died before the signal was armed
+        posix._exit(abi.SANDBOX_SETUP_EXIT)
+    control = socket.socket(fileno=fd)
+    while True:
+        try:
+            data, fds, flags, _ = socket.recv_fds(control, MAX_MESSAGE, RUN_FDS + 1,
+                                                  socket.MSG_CMSG_CLOEXEC)
+        except OSError:
+            posix._exit(0)  # the channel is broken: the parent is gone or done
+        if not data and not fds:
+            posix._exit(0)  # EOF: the pool is closed
+        try:
+            stage, mode = _check(data, fds, flags)
+            pid = clone_parent()
+            if pid == 0:
+                _lead(control, fds, stage, mode)
+            reply = b"ok %d" % pid
+        except Refused as e:
+            reply = b"refused " + str(e).encode(errors="replace")[:2000]
+        except OSError as e:
+            reply = b"refused fork: " + (e.strerror or "").encode()
+        finally:
+            for received in fds:
+                posix.close(received)
+        try:
+            control.send(reply)
+        except OSError:
+            posix._exit(0)
+
+
+def _check(data: bytes, fds: "list[int]", flags: int) -> "tuple[list[str], str]":
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        raise Refused("message truncated")
+    if len(fds) != RUN_FDS:
+        raise Refused(f"expected {RUN_FDS} descriptors, got {len(fds)}")
+    try:
+        stage, mode = marshal.loads(data)
+    except (ValueError, EOFError, TypeError) as e:
+        raise Refused(f"not a run message ({type(e).__name__})") from None
+    if type(stage) is not list or not all(type(arg) is str for arg in stage):
+        raise Refused("the helper's argv is not a list of str")
+    if mode not in ("", *adapters.BUILTIN_MODES):
+        raise Refused(f"no built-in mode {mode!r}")
+    return stage, mode
+
+
+def _lead(control: "socket.socket", fds: "list[int]", stage: "list[str]",
+          mode: str) -> "NoReturn":
+    """The run's leader, the parent's child: see the module's docstring."""
+    try:
+        posix.setsid()
+        posix.close(control.detach())
+        parked = [_PARKED + i for i in range(RUN_FDS)]
+        for fd, to in zip(fds, parked, strict=True):
+            posix.dup2(fd, to, inheritable=False)
+            posix.close(fd)
+        link = parked[4]
+        posix.write(link, b"S")
+        if posix.read(link, 1) != b"G":
+            posix._exit(abi.SANDBOX_SETUP_EXIT)  # the parent is gone
+        for to, fd in enumerate(parked[:4]):
+            posix.dup2(fd, to)
+        posix.fchdir(parked[5])
+        install.close_from(abi.REPORT_FD + 1)
+    except BaseException:
+        posix._exit(abi.SANDBOX_SETUP_EXIT)
+    helper.main(stage, serve=_serve if mode else None, mode=mode)
+
+
+def _serve(mode: str) -> "Any":  # noqa: ANN401  never returns
+    """Pid 2, confined: say so on the report pipe, close it, serve `mode`."""
+    posix.write(abi.REPORT_FD, abi.NOTE_MARK + abi.READY_NOTE + b"\n")
+    posix.close(abi.REPORT_FD)
+    adapters.serve(mode)
+    posix._exit(2)
