@@ -72,7 +72,8 @@ def test_only_the_seam_imports_the_linux_backend() -> None:
         if path.name == "backend.py" and path.parent == PACKAGE:
             linux = []
         elif path.parent.name == "worker":
-            allowed = ("trunner.linux", "trunner.linux.helper") if path.name == "main.py" else ()
+            allowed = (("trunner.linux", "trunner.linux.helper", "trunner.linux.forkserver")
+                       if path.name == "main.py" else ())
             linux = [n for n in linux
                      if n not in allowed and not n.startswith("trunner.linux.kernel")]
         if linux:
@@ -84,6 +85,19 @@ def test_the_helper_imports_only_the_kernel_side() -> None:
     internal = {n for n in _imports(PACKAGE / "linux" / "helper.py") if n.startswith("trunner")}
     assert internal
     assert all(n.startswith("trunner.linux.kernel") for n in internal), internal
+
+
+def test_the_fork_server_imports_only_the_helper_chain_and_the_builtin_adapters() -> None:
+    # It is root's process for a pool's life: what it imports, every run inherits.
+    path = PACKAGE / "linux" / "forkserver.py"
+    internal = {n for n in _imports(path) if n.startswith("trunner")}
+    assert internal, internal
+    assert {n for n in internal if not n.startswith("trunner.linux.kernel")} <= {
+        "trunner.linux", "trunner.linux.helper", "trunner.worker",
+        "trunner.worker.adapters", "trunner.worker.exec_mode"}, internal
+    heavy = ("msgspec", "trio", "typing", "socket", "subprocess")
+    assert [n for n in _imports(path, module_level_only=True)
+            if n.split(".")[0] in heavy] == []
 
 
 @pytest.mark.parametrize("where", ["worker", "linux/kernel"])

@@ -7,8 +7,9 @@ stage can (join cgroups, take the run's ids, build the root, unshare). FD is
 its end of the control channel, a SOCK_SEQPACKET socket only the parent
 holds the other end of. It is all the server holds besides /dev/null on 0-2:
 single-threaded, no other descriptor, no shared mapping; it imports
-trunner's helper chain, the built-in adapters and `socket`, and never a
-user's module.
+trunner's helper chain, the built-in adapters and `_socket`, and never a
+user's module. Its objects are frozen out of the garbage collector
+(`gc.freeze`), so a forked run's collections do not copy its pages.
 
 Each message is one run: the marshal of `(STAGE, MODE)`, STAGE the helper's
 own argv (`PLAN 3 -- ADAPTER...`, as `trunner.linux.helper` reads it) and
@@ -29,9 +30,11 @@ mode is served by pid 2 in-process; a user mode is exec'd as on the cold
 path.
 """
 
+import _socket  # not socket: its enum and selectors would add ~1.4 MB to every fork
+import gc
 import marshal
 import posix
-import socket
+import sys
 
 from trunner.linux import helper
 from trunner.linux.kernel import abi, install
@@ -63,11 +66,11 @@ def main(argv: "list[str]") -> "NoReturn":
     install.set_parent_death_signal(abi.SIGKILL)
     if posix.getppid() != parent:  # the parent died before the signal was armed
         posix._exit(abi.SANDBOX_SETUP_EXIT)
-    control = socket.socket(fileno=fd)
+    control = _socket.socket(fileno=fd)
+    gc.freeze()
     while True:
         try:
-            data, fds, flags, _ = socket.recv_fds(control, MAX_MESSAGE, RUN_FDS + 1,
-                                                  socket.MSG_CMSG_CLOEXEC)
+            data, fds, flags = _receive(control)
         except OSError:
             posix._exit(0)  # the channel is broken: the parent is gone or done
         if not data and not fds:
@@ -91,8 +94,20 @@ def main(argv: "list[str]") -> "NoReturn":
             posix._exit(0)
 
 
+def _receive(control: "_socket.socket") -> "tuple[bytes, list[int], int]":
+    """One message, the descriptors it carried (close-on-exec), its flags."""
+    data, ancillary, flags, _ = control.recvmsg(
+        MAX_MESSAGE, _socket.CMSG_SPACE((RUN_FDS + 1) * 4), _socket.MSG_CMSG_CLOEXEC)
+    fds: list[int] = []
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += [int.from_bytes(payload[i:i + 4], sys.byteorder, signed=True)
+                    for i in range(0, len(payload) - len(payload) % 4, 4)]
+    return data, fds, flags
+
+
 def _check(data: bytes, fds: "list[int]", flags: int) -> "tuple[list[str], str]":
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+    if flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
         raise Refused("message truncated")
     if len(fds) != RUN_FDS:
         raise Refused(f"expected {RUN_FDS} descriptors, got {len(fds)}")
@@ -107,7 +122,7 @@ def _check(data: bytes, fds: "list[int]", flags: int) -> "tuple[list[str], str]"
     return stage, mode
 
 
-def _lead(control: "socket.socket", fds: "list[int]", stage: "list[str]",
+def _lead(control: "_socket.socket", fds: "list[int]", stage: "list[str]",
           mode: str) -> "NoReturn":
     """The run's leader, the parent's child: see the module's docstring."""
     try:
