@@ -15,14 +15,17 @@ helper (`spawn.Child`). Per run, in this order, shielded and bounded:
 2. the server's answer: `ok PID`, or `refused WHY` (`sandbox_setup`);
 3. PID must be our child (its parent in /proc is us): unreaped, its pid
    cannot be another process's, so the pidfd taken now is the leader's;
-4. `S` on the link: the leader is in a session of its own, so its group is
-   PID and a group kill reaches all of it;
+4. `S` and PID on the link: the leader is in a session of its own, so its
+   group is PID and a group kill reaches all of it;
 5. `jail.spawned(PID)`: the watchdog lists the group;
 6. `G` on the link: only now does the leader start the chain (EOF instead,
    as when the parent dies first: it exits).
 
 A failure at 3-6 SIGKILLs the leader by its pid (it has forked nothing
-before `G`) and reaps it.
+before `G`) and reaps it. A request left unanswered (the server died, or is
+stopped after REPLY_BOUND_S) may still have forked a leader: its `S` and pid
+on the link, our unreaped child's, name it to kill and reap; EOF says there
+is none.
 """
 
 from __future__ import annotations
@@ -92,6 +95,10 @@ class ForkServer:
         self.starts = 0
         #: Requests that failed because the server died with them.
         self.losses = 0
+        #: Leaders forked by a server lost before its answer, found and reaped.
+        self.strays = 0
+        #: What the last server stopped said (its exit, its stderr).
+        self._said = ""
 
     @property
     def pid(self) -> int | None:
@@ -111,7 +118,7 @@ class ForkServer:
         with trio.CancelScope(shield=True):
             server, self._server = self._server, None
             if server is not None:
-                said = await _stop(server)
+                said = self._said = await _stop(server)
         return said
 
     async def spawn(self, jail: LinuxJail) -> Child:
@@ -123,43 +130,52 @@ class ForkServer:
         jail.expects_ready = bool(self._in_process)
         stage = [arg.replace("{report_fd}", str(abi.REPORT_FD)) for arg in jail.stage]
         message = marshal.dumps((stage, self._in_process))
+        link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with trio.CancelScope(shield=True):
             try:
                 with trio.fail_after(REPLY_BOUND_S):
-                    child = await self._spawn(jail, message)
+                    child = await self._spawn(jail, message, link, theirs)
             except OSError as e:
                 raise RunnerError(Reason.SPAWN_FAILED, f"fork server: {e.strerror} (errno"
                                   f" {e.errno})") from None
             except trio.TooSlowError:
-                said = await self.aclose()  # it may answer late: never to the next run
                 raise RunnerError(Reason.SPAWN_FAILED, f"fork server: no leader within"
-                                  f" {REPLY_BOUND_S} s; it {said or 'was stopped'}") from None
+                                  f" {REPLY_BOUND_S} s; it {self._said or 'was stopped'}"
+                                  ) from None
+            finally:
+                link.close()
         return child
 
-    async def _spawn(self, jail: LinuxJail, message: bytes) -> Child:
+    async def _spawn(self, jail: LinuxJail, message: bytes, link: socket.socket,
+                     theirs: socket.socket) -> Child:
         started_us = time.monotonic_ns() // 1000
         fds = run_pipes()
         in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w = fds
         ours: list[int] = [in_w, out_r, err_r, rep_r]
-        link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             jail_dir = os.open(jail.jail_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            unanswered = False
             try:
                 sent = [in_r, out_w, err_w, rep_w, theirs.fileno(), jail_dir]
                 assert len(sent) == RUN_FDS
-                async with self._lock:
-                    pid = await self._request(message, sent)
+                try:
+                    async with self._lock:
+                        pid = await self._request(message, sent)
+                except (RunnerError, trio.Cancelled) as e:
+                    unanswered = isinstance(e, trio.Cancelled) or e.reason is Reason.SPAWN_FAILED
+                    raise
             finally:
                 for fd in (in_r, out_w, err_w, rep_w, jail_dir):
                     os.close(fd)
                 theirs.close()
+                if unanswered:  # the server is gone, or is stopped now (it may
+                    await self.aclose()  # answer late: never to the next run)
+                    self.strays += await _reap_stray(link)
             pidfd = await _hold(pid, link, jail)
         except BaseException:
-            link.close()
             for fd in ours:
                 os.close(fd)
             raise
-        link.close()
         return Child(pid=pid, pidfd=pidfd, started_us=started_us,
                      stdin=trio.lowlevel.FdStream(in_w), stdout=trio.lowlevel.FdStream(out_r),
                      stderr=trio.lowlevel.FdStream(err_r), report_fd=rep_r, jail=jail,
@@ -236,7 +252,7 @@ async def _hold(pid: int, link: socket.socket, jail: LinuxJail) -> int:
         pidfd = os.pidfd_open(pid)
         link.setblocking(False)
         await trio.lowlevel.wait_readable(link)
-        if link.recv(1) != b"S":
+        if link.recv(32) != b"S%d" % pid:
             raise RunnerError(Reason.SPAWN_FAILED, "the run's leader exited before its session"
                               " was made")
         jail.spawned(pid)
@@ -254,6 +270,23 @@ async def _hold(pid: int, link: socket.socket, jail: LinuxJail) -> int:
             os.waitpid(pid, 0)  # noqa: ASYNC222  it has exited (its pidfd said so)
             os.close(pidfd)
         raise
+
+
+async def _reap_stray(link: socket.socket) -> bool:
+    """After the server was lost with a request: a leader it forked first
+    says `S` and its pid on the link (EOF if there is none, the server's copy
+    of the link being closed with it); it is our unreaped child, killed by
+    its pid and reaped (True)."""
+    link.setblocking(False)
+    with trio.CancelScope(shield=True), trio.move_on_after(REPLY_BOUND_S):
+        await trio.lowlevel.wait_readable(link)
+        said = link.recv(32)
+        if said[:1] == b"S" and said[1:].isdigit() and _parent_of(pid := int(said[1:])) == (
+                os.getpid()):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)  # noqa: ASYNC222  a few ms: it has forked nothing
+            return True
+    return False
 
 
 def _parent_of(pid: int) -> int:

@@ -21,13 +21,14 @@ the shape only, forks the run's leader as the parent's child
 with nothing forked. The plan is the leader's to read and refuse, as the
 helper's is. The server keeps nothing of a run.
 
-The leader: a session of its own first, then `S` on the link; it waits for
-`G`, which the parent sends once it holds the leader's pid, a pidfd and a
-watchdog entry (EOF instead: the parent is gone, so it exits). Then it puts
-the run's descriptors at 0-3, enters the jail dir, closes everything else
-and runs the helper's chain (`helper.main`), in the same order. A built-in
-mode is served by pid 2 in-process; a user mode is exec'd as on the cold
-path.
+The leader: a session of its own first, then `S` and its pid on the link
+(so a parent that lost the server before its answer can still find it); it
+waits for `G`, which the parent sends once it holds the leader's pid, a
+pidfd and a watchdog entry (EOF instead: the parent is gone, so it exits).
+Then it puts the run's descriptors at 0-3, enters the jail dir, closes
+everything else and runs the helper's chain (`helper.main`), in the same
+order. A built-in mode is served by pid 2 in-process; a user mode is exec'd
+as on the cold path.
 """
 
 import _socket  # not socket: its enum and selectors would add ~1.4 MB to every fork
@@ -133,7 +134,7 @@ def _lead(control: "_socket.socket", fds: "list[int]", stage: "list[str]",
             posix.dup2(fd, to, inheritable=False)
             posix.close(fd)
         link = parked[4]
-        posix.write(link, b"S")
+        posix.write(link, b"S%d" % posix.getpid())
         if posix.read(link, 1) != b"G":
             posix._exit(abi.SANDBOX_SETUP_EXIT)  # the parent is gone
         for to, fd in enumerate(parked[:4]):
