@@ -97,23 +97,27 @@ def make_runner(
     limits: Limits | None = None,
     provider: Mapping[str, Any] | None = None,
 ) -> Runner:
-    """A `Runner` as a caller builds one, at the test run's Landlock ABI cap."""
+    """A `Runner` as a caller builds one, at the test run's Landlock ABI cap;
+    under TRUNNER_TEST_VIA_POOL=1 a `support.PooledRunner`, whose every run
+    and exec is served through `runner.pool(...)`."""
+    from support import VIA_POOL, PooledRunner
     from trunner import Runner
     from trunner.linux.backend import LinuxBackend
     from trunner.linux.profile import DEFAULT_PROFILE, provider_profile
     from trunner.worker import locate_worker
 
+    cls = PooledRunner if VIA_POOL else Runner
     cap = landlock_cap()
     if cap is None:
-        return Runner(import_paths=import_paths, temp_root=temp_root, limits=limits,
-                      provider=provider)
+        return cls(import_paths=import_paths, temp_root=temp_root, limits=limits,
+                   provider=provider)
     backend = LinuxBackend(
         locate_worker(),
         import_paths=tuple(os.path.abspath(p) for p in import_paths),
         profile=DEFAULT_PROFILE if provider is None else provider_profile(provider),
         landlock_abi=cap,
     )
-    return Runner(temp_root=temp_root, limits=limits, backend=backend)
+    return cls(temp_root=temp_root, limits=limits, backend=backend)
 
 
 @pytest.fixture

@@ -23,19 +23,69 @@ import os
 import signal
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import pytest
 import trio
 
-from trunner import Reason, RunnerError
+from trunner import Reason, Runner, RunnerError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-    from trunner import Runner
+    from trunner import Limits, Result
+    from trunner.protocol import ExecFile, ExecResult
 
 T = TypeVar("T")
+
+#: Test-only switch (TRUNNER_TEST_VIA_POOL=1): `conftest.make_runner` builds a
+#: `PooledRunner`, so every run of the suites that build runners through it is
+#: served by a prewarmed worker of `runner.pool(...)` instead of a cold spawn.
+#: `.ci/run` runs tests/security and tests/compat so, as root and as uid 65534.
+VIA_POOL_VAR = "TRUNNER_TEST_VIA_POOL"
+VIA_POOL = os.environ.get(VIA_POOL_VAR) == "1"
+
+
+class PooledRunner(Runner):  # type: ignore[misc]  # Runner is final to callers; a test-only view
+    """A `Runner` whose `run` and `exec` each open `self.pool(mode, size=1,
+    limits=limits)` and serve the one call on its prewarmed worker: the same
+    arguments, the same `Result`, the same `RunnerError` (the pool's `async
+    with` lets the body's exception out as itself)."""
+
+    @overload
+    async def run(
+        self, mode: str, request: object = None, *, limits: Limits | None = None
+    ) -> Result[Any]: ...
+
+    @overload
+    async def run(
+        self, mode: str, request: object = None, *, limits: Limits | None = None,
+        response_type: type[T],
+    ) -> Result[T]: ...
+
+    async def run(
+        self,
+        mode: str,
+        request: object = None,
+        *,
+        limits: Limits | None = None,
+        response_type: Any = Any,
+    ) -> Result[Any]:
+        async with self.pool(mode, size=1, limits=limits) as pool:
+            return await pool.run(request, response_type=response_type)
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes | ExecFile] | None = None,
+        collect: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
+    ) -> Result[ExecResult]:
+        async with self.pool("exec", size=1, limits=limits) as pool:
+            return await pool.exec(argv, stdin=stdin, files=files, collect=collect, env=env)
 
 # Prelude for child snippets: `attempt(fn)` returns the errno name or "OK:<value>";
 # `syscall(nr, *args)` makes a raw syscall and answers the same way.
@@ -329,9 +379,16 @@ def ready(info):
 """
 
 
-def ready_info(helper: int) -> tuple[int, Any] | None:
+def ready_info(helper: int | None = None) -> tuple[int, Any] | None:
     """(the jail's pid 2, the `info` it passed to `ready`) of the jail under
-    `helper`; None until it has called `ready`."""
+    `helper`, or (None) under any child of this process that leads a jail
+    (beside a pool's prewarmed worker or any other child); None until one
+    has called `ready`."""
+    if helper is None:
+        for child in host_children(os.getpid()):
+            if (found := ready_info(child)) is not None:
+                return found
+        return None
     jail = jail_pid(helper)
     if jail is None:
         return None
@@ -341,11 +398,14 @@ def ready_info(helper: int) -> tuple[int, Any] | None:
         return None
 
 
-async def jail_ready(helper: int, *, go: bool = True, timeout_s: float = 30) -> tuple[int, Any]:
-    """`ready_info` of the jail under `helper` (a pid of conftest.child_pids())
-    once it is ready; then `go` unless told not to (`let_go` later)."""
+async def jail_ready(helper: int | None = None, *, go: bool = True, timeout_s: float = 30
+                     ) -> tuple[int, Any]:
+    """`ready_info` of the jail under `helper` (a pid of conftest.child_pids();
+    None: whichever of them leads the jail that is ready) once it is ready;
+    then `go` unless told not to (`let_go` later)."""
+    under = "any child" if helper is None else f"helper {helper}"
     jail, info = await wait_until(lambda: ready_info(helper), timeout_s,
-                                  f"the jail under helper {helper} ready")
+                                  f"the jail under {under} ready")
     if go:
         let_go(jail)
     return jail, info

@@ -333,14 +333,21 @@ async def drive(mode: str, cap: int, memory_bytes: int, scratch_bytes: int) -> d
         runner = Runner(limits=limits, backend=backend)
     else:
         runner = Runner(limits=limits)
+    # The test run's TRUNNER_TEST_VIA_POOL (support.VIA_POOL): served by a pool.
+    via_pool = os.environ.get("TRUNNER_TEST_VIA_POOL") == "1"
     before = {name: meminfo()[name] for name in _FIELDS}
     worst = dict(before)
     out: dict[str, Any] = {"uid": os.getuid(), "before": before}
 
     async def run() -> None:
         try:
-            res = await runner.exec([sys.executable, "-I", "-S", "attack.py", mode, str(cap),
-                                     str(HOLD_S)], files={"attack.py": ExecFile(data=source)})
+            argv = [sys.executable, "-I", "-S", "attack.py", mode, str(cap), str(HOLD_S)]
+            files = {"attack.py": ExecFile(data=source)}
+            if via_pool:
+                async with runner.pool("exec", size=1) as pool:
+                    res = await pool.exec(argv, files=files)
+            else:
+                res = await runner.exec(argv, files=files)
         except RunnerError as e:
             out["reason"] = e.reason.value
             out["detail"] = e.detail

@@ -196,8 +196,8 @@ async def test_change_metadata_of_outside_file(
     """chmod/chown/utime/xattr of a host file (make it setuid, forge times): allowed by
     seccomp now, they fail in the kernel. A file bound into the jail (an import path: a
     read-only bind) gives EROFS; one outside the jail's root is not there (ENOENT)."""
-    runner = Runner(import_paths=[TESTS_DIR, str(outside.parent)], temp_root=str(jail_root),
-                    limits=Limits(wall_time_s=20.0))
+    runner = make_runner(import_paths=[TESTS_DIR, str(outside.parent)],
+                         temp_root=str(jail_root), limits=Limits(wall_time_s=20.0))
     outside.touch()
     os.utime(outside, (1_000_000, 2_000_000))  # atime too: a read must not change it
     unbound = outside.parent.parent / "unbound.txt"

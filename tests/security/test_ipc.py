@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from conftest import child_pids
-from support import READY, jail_ready, let_go, run_code, wait_until
+from support import READY, jail_ready, let_go, run_code
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -154,8 +153,7 @@ result = [ctypes.string_at(addr, 4), syscall(68, {key}, 0) == "OK:" + repr(msg),
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run_a)
-        helpers = await wait_until(child_pids, 30, "the run's helper")
-        jail_a, ids = await jail_ready(helpers[0], go=False)
+        jail_a, ids = await jail_ready(go=False)
         assert min(ids.values()) >= 0, ids
         try:
             out["b"] = await run_code(

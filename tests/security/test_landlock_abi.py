@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from conftest import landlock_abi_in_force, landlock_cap
+from conftest import landlock_abi_in_force, make_runner
 from support import run_code
 from trunner import Limits, Runner
 from trunner.linux.backend import LinuxBackend
@@ -72,9 +72,8 @@ async def test_truncating_a_bound_host_file_fails(runner: Runner, tmp_path: Path
     victim.parent.mkdir()
     victim.write_text("host data\n")
     victim.chmod(0o666)  # so that DAC lets any uid write it: only the jail's layers refuse
-    jailed = Runner(backend=LinuxBackend(
-        locate_worker(), import_paths=(*runner.import_paths, str(victim.parent)),
-        landlock_abi=landlock_cap()), temp_root=runner.temp_root, limits=Limits(wall_time_s=20.0))
+    jailed = make_runner(import_paths=(*runner.import_paths, str(victim.parent)),
+                         temp_root=runner.temp_root, limits=Limits(wall_time_s=20.0))
     before = victim.stat()
     result = await run_code(jailed, f"""
         p = {str(victim)!r}
