@@ -190,8 +190,9 @@ def _drop(key: str) -> Callable[[str], str]:
     return edit
 
 
-@pytest.mark.parametrize("key", ["landlock", "seccomp_bpf", "unshare_flags", "process_limit",
-                                 "rlimits", "parent_pid", "env", "unsafe_skip", "root_ops",
+@pytest.mark.parametrize("key", ["landlock", "seccomp_bpf", "waiter_bpf", "unshare_flags",
+                                 "process_limit", "rlimits", "parent_pid", "env", "unsafe_skip",
+                                 "root_ops",
                                  "proc_ops", "scratch", "staging", "hostname", "workdir",
                                  "build_userns", "uid", "gid", "jail_nproc", "memory",
                                  "ipc_limits"])
@@ -204,8 +205,8 @@ async def test_a_plan_without_a_layer_is_refused_not_skipped(jail_root: Path, ke
 @pytest.mark.parametrize(("item", "detail"), [
     ("zz", "plan: not a plan"),
     ("", "plan: not a plan"),
-    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 8"),
-    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 8"),
+    (marshal.dumps([1, 2]).hex(), "plan: not a plan of version 9"),
+    (marshal.dumps({"version": 1}).hex(), "plan: not a plan of version 9"),
 ])
 async def test_a_corrupt_plan_fails_closed(jail_root: Path, item: str, detail: str) -> None:
     e = await refusal(runner_on(jail_root, _argv_edited(lambda _: item)))
@@ -213,14 +214,17 @@ async def test_a_corrupt_plan_fails_closed(jail_root: Path, item: str, detail: s
     assert e.detail.startswith(detail)
 
 
-async def test_a_wrongly_typed_plan_item_fails_closed(jail_root: Path) -> None:
+@pytest.mark.parametrize(("key", "step"), [("seccomp_bpf", "seccomp"),
+                                         ("waiter_bpf", "waiter_bpf")])
+async def test_a_wrongly_typed_plan_item_fails_closed(jail_root: Path, key: str,
+                                                      step: str) -> None:
     def edit(item: str) -> str:
         plan = marshal.loads(bytes.fromhex(item))
-        plan["seccomp_bpf"] = 12345
+        plan[key] = 12345
         return marshal.dumps(plan).hex()
     e = await refusal(runner_on(jail_root, _argv_edited(edit)))
     assert e.reason is Reason.SANDBOX_SETUP
-    assert e.detail.startswith("seccomp: malformed plan item (TypeError")
+    assert e.detail.startswith(f"{step}: malformed plan item (TypeError"), e.detail
 
 
 async def test_skipping_is_only_for_named_layers(jail_root: Path) -> None:

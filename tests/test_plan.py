@@ -141,6 +141,7 @@ CHECKS: dict[str, Any] = {
     and all(r.dir_access & 0b10 for r in v.paths if r.path in (WORKDIR, "/tmp", "/dev/shm")),
     "parent_pid": lambda v: v == 42,
     "seccomp_bpf": lambda v: v == seccomp.build_bpf(DEFAULT_PROFILE.seccomp),
+    "waiter_bpf": lambda v: v == seccomp.waiter_bpf() and len(v) < len(seccomp.build_bpf()) // 20,
     "unsafe_skip": lambda v: v == ("seccomp",),
     "fail_at": lambda v: v == "",
 }

@@ -1030,3 +1030,35 @@ def test_the_provider_profile_keeps_tcp_only() -> None:
     }
     assert set(seccomp.SERVER_SYSCALLS) <= set(policy.errno_eperm)
     assert "connect" in policy.allowed
+
+
+def test_the_waiters_filter_allows_their_calls_and_nothing_else(tmp_path: Path) -> None:
+    """The waiting helper's and pid 1's own filter: what Python's last steps
+    and waiter.c call work; any other call, the jail's ordinary ones too,
+    fails ENOSYS."""
+    bpf_file = tmp_path / "waiter.bpf"
+    bpf_file.write_bytes(seccomp.waiter_bpf())
+    body = """
+    def call(nr, *args):
+        rc = libc.syscall(nr, *args)
+        return rc if rc >= 0 else errno.errorcode[ctypes.get_errno()]
+    r, w = os.pipe()
+    assert os.write(w, b"x") == 1 and os.read(r, 1) == b"x"
+    assert call(39) == os.getpid()  # getpid
+    assert call(16, r, 0x5451) == 0  # ioctl FIOCLEX
+    assert call(16, r, 0x541B, ctypes.create_string_buffer(8)) == "ENOSYS"  # FIONREAD
+    assert call(247, 0, 0, None, 4, None) == "ECHILD"  # waitid: reaches the kernel
+    assert call(62, os.getpid(), 0) == 0  # kill, signal 0
+    for nr in (41, 57, 56, 59, 101, 272, 165, 2, 87, 90, 161, 157, 317):
+        # socket, fork, clone, execve, ptrace, unshare, mount, open, unlink,
+        # chmod, chroot, prctl, seccomp
+        assert call(nr, 0, 0, 0) == "ENOSYS", nr
+    os.write(1, b"OK\\n")
+    os._exit(0)
+    """
+    assert_ok(run_filtered(body, bpf_file, tmp_path))
+
+
+def test_the_waiters_filter_is_a_fraction_of_the_jails() -> None:
+    waiter, jail = seccomp.waiter_bpf(), seccomp.build_bpf()
+    assert len(waiter) // 8 < 64 < len(jail) // 8 // 20

@@ -101,9 +101,10 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
             #    (a change of credentials clears it), then re-check the parent.
             ("parent_death", _die_with_parent, plan.parent_pid),
             # 11. fork pid 1 (a reaper) and pid 2 of the new PID namespace; the
-            #    helper stays outside, confined, waits for pid 2 and forwards
-            #    its exit status. Only pid 2 returns from this step.
-            ("pid_namespace", _enter_pid_namespace, plan.seccomp_bpf, plan.landlock,
+            #    helper stays outside, confined (the waiters' own filter, as
+            #    pid 1), waits for pid 2 and forwards its exit status. Only
+            #    pid 2 returns from this step.
+            ("pid_namespace", _enter_pid_namespace, plan.waiter_bpf, plan.landlock,
              adapter),
             # In pid 2:
             # 12. the jail's own /proc over the host's, masked; its devpts; hostname; cwd.
@@ -468,7 +469,7 @@ def _enter_pid_namespace(bpf: bytes, ruleset: "dict[str, Any]", adapter: "list[s
     the group. The helper notes pid 1 (`abi.INIT_NOTE`) for the parent."""
     # Checked here, or a malformed item would first fail in pid 1.
     if type(bpf) is not bytes:
-        raise SetupError(f"seccomp: malformed plan item (TypeError: {type(bpf).__name__})")
+        raise SetupError(f"waiter_bpf: malformed plan item (TypeError: {type(bpf).__name__})")
     if type(ruleset) is not dict or type(ruleset.get("paths")) not in (list, tuple):
         raise SetupError("landlock: malformed plan item (TypeError)")
     _last_cap()
@@ -512,7 +513,8 @@ def _note_init(init: int, proc: int) -> None:
 def _confine_self(bpf: bytes, ruleset: "dict[str, Any] | None") -> None:
     """What pid 1 and the waiting helper keep of the jail: no capabilities
     (the sets emptied; both exec only trunner-waiter, under NO_NEW_PRIVS, so
-    the bounding set is moot), NO_NEW_PRIVS, the seccomp filter (pid 1 also
+    the bounding set is moot), NO_NEW_PRIVS, the waiters' seccomp filter
+    (`plan.waiter_bpf`: what they call, and nothing else; pid 1 also
     a Landlock ruleset that grants nothing but reading and executing
     trunner-waiter, so no jailed process may ptrace it or read its
     /proc/1/mem: Landlock allows that only into a nested domain; signals

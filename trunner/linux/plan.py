@@ -313,6 +313,8 @@ class HelperPlan(_Item, frozen=True, kw_only=True):
     landlock: LandlockPlan
     parent_pid: int
     seccomp_bpf: bytes
+    #: The waiting helper's and pid 1's own filter (`seccomp.waiter_bpf`).
+    waiter_bpf: bytes
     #: Layers left out, for benchmarks that measure one layer at a time.
     unsafe_skip: tuple[str, ...] = ()
     #: Test hook: refuse at this step, as if it had failed (tests edit the plan).
@@ -630,6 +632,7 @@ def plan_jail(
         landlock=LandlockPlan.of(ruleset),
         parent_pid=parent_pid,
         seccomp_bpf=seccomp.build_bpf(profile.seccomp) if seccomp_bpf is None else seccomp_bpf,
+        waiter_bpf=seccomp.waiter_bpf(),
         unsafe_skip=tuple(sorted(set(unsafe_skip))),
     )
 

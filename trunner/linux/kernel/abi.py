@@ -19,14 +19,14 @@ REPORT_FD = 3
 #: helper exec it from this descriptor, never by a path.
 WAITER_FD = 4
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 8
+PLAN_VERSION = 9
 #: The plan's fields, in the order the helper applies them. The parent's
 #: `HelperPlan` has exactly these (tests/test_plan.py pins it).
 PLAN_FIELDS = (
     "version", "env", "process_limit", "jail_nproc", "memory", "rlimits", "ipc_limits",
     "build_userns", "unshare_flags", "uid", "gid", "jail_id", "loopback", "root_ops", "proc_ops",
     "scratch", "staging", "hostname", "workdir", "landlock", "parent_pid", "seccomp_bpf",
-    "unsafe_skip", "fail_at",
+    "waiter_bpf", "unsafe_skip", "fail_at",
 )
 #: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
 #: version). Nothing else is ever skipped. (Not the namespaces: the jail's

@@ -12,6 +12,7 @@ from trunner.linux.seccomp.compile import (
     libseccomp_version,
     policy_rules,
     syscall_name,
+    waiter_bpf,
 )
 from trunner.linux.seccomp.policy import (
     AF_INET,
@@ -99,4 +100,5 @@ __all__ = [
     "policy_rules",
     "provider_policy",
     "syscall_name",
+    "waiter_bpf",
 ]

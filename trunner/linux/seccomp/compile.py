@@ -11,6 +11,7 @@ killed syscall number, `libseccomp_version` the libseccomp that compiles.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ from trunner.linux.seccomp.policy import (
     S_IFMT,
     SOCK_STREAM,
     UNIX_SOCKET_TYPES,
+    WAITER_IOCTLS,
+    WAITER_SYSCALLS,
     SeccompPolicy,
 )
 
@@ -46,6 +49,7 @@ __all__ = [
     "libseccomp_version",
     "policy_rules",
     "syscall_name",
+    "waiter_bpf",
 ]
 
 
@@ -367,6 +371,19 @@ def build_bpf(policy: SeccompPolicy = DEFAULT_POLICY) -> bytes:
     if not isinstance(policy, SeccompPolicy):
         raise TypeError(f"expected a SeccompPolicy, got {type(policy).__name__}")
     return compile(policy)
+
+
+def waiter_rules() -> list[Rule]:
+    """The waiters' allow-list (policy.WAITER_SYSCALLS, WAITER_IOCTLS)."""
+    return [*(Rule(ALLOW, name) for name in WAITER_SYSCALLS),
+            *(Rule(ALLOW, "ioctl", (Arg(1, _U32, request),)) for request in WAITER_IOCTLS)]
+
+
+@functools.cache
+def waiter_bpf() -> bytes:
+    """`compile` of `waiter_rules()` for the native architecture (the same
+    in every profile: compiled once a process)."""
+    return compile(waiter_rules())
 
 
 def syscall_name(nr: int, arch: int | None = None) -> str | None:

@@ -75,6 +75,8 @@ __all__ = [
     "TIOCLINUX",
     "TIOCSTI",
     "UNIX_SOCKET_TYPES",
+    "WAITER_IOCTLS",
+    "WAITER_SYSCALLS",
     "SeccompPolicy",
     "provider_policy",
 ]
@@ -705,6 +707,24 @@ DENIED_AS_DOCKER_ALLOWS: tuple[tuple[str, str], ...] = (
 #: Landlock's already (no port is granted). seccomp cannot see the socket's family
 #: at bind() or listen(), so both fail for every family.
 SERVER_SYSCALLS: tuple[str, ...] = ("accept", "accept4", "bind", "listen")
+
+
+#: All that trunner's own waiters may call once confined, in every profile:
+#: the waiting helper and the jail's pid 1 (helper.py's `_confine_self`),
+#: from their install to their end. Between the two: Python's last steps
+#: (descriptor flags, the exec of trunner-waiter from its descriptor, or a
+#: refusal written and `_exit`, which may allocate), then waiter.c's calls.
+#: Anything else fails ENOSYS. An allow-list of its own, not the jail's: a
+#: hundredth of the instructions to install, twice a run, and nothing a
+#: jailed process would gain from reaching a waiter.
+WAITER_SYSCALLS: tuple[str, ...] = (
+    "read", "write", "close", "openat", "pipe2", "fcntl", "execveat",
+    "wait4", "waitid", "kill", "getpid", "rt_sigaction", "rt_sigreturn",
+    "brk", "mmap", "munmap", "exit_group",
+)
+#: ioctl() of a waiter: only a descriptor's close-on-exec flag (CPython's
+#: `set_inheritable`).
+WAITER_IOCTLS: tuple[int, ...] = (0x5450, 0x5451)  # FIONCLEX, FIOCLEX
 
 
 def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
