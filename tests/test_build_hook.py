@@ -1,6 +1,6 @@
 """hatch_build.py, the build hook of a source install, run on a copy of the
 C sources: what it builds, and the one line it ends with where something is
-missing (the compiler, the interpreter's headers, a static C library)."""
+missing (the compiler, the interpreter's headers)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def hook(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 PT_DYNAMIC, PT_INTERP = 2, 3
+SHT_DYNSYM, SHT_DYNAMIC, SHT_RELA, SHT_REL = 11, 6, 4, 9
 
 
 def program_header_types(elf: bytes) -> set[int]:
@@ -45,9 +46,17 @@ def program_header_types(elf: bytes) -> set[int]:
             for i in range(count)}
 
 
+def section_types(elf: bytes) -> set[int]:
+    """The sh_type of every section header of an ELF64 little-endian file."""
+    shoff = int.from_bytes(elf[40:48], "little")
+    size, count = int.from_bytes(elf[58:60], "little"), int.from_bytes(elf[60:62], "little")
+    return {int.from_bytes(elf[shoff + i * size + 4:shoff + i * size + 8], "little")
+            for i in range(count)}
+
+
 def source_tree(tmp_path: Path) -> Path:
     (tmp_path / KERNEL).mkdir(parents=True)
-    for name in ("_kernel.c", "waiter.c", "abi.py"):
+    for name in ("_kernel.c", "waiter.c", "nolibc.h", "abi.py"):
         shutil.copy(REPO / KERNEL / name, tmp_path / KERNEL / name)
     return tmp_path
 
@@ -77,7 +86,12 @@ def test_it_builds_the_abi3_extension_and_the_static_waiter(hook: Any, tmp_path:
     assert sorted(p.name for p in (root / KERNEL).glob("_kernel*.so")) == ["_kernel.abi3.so"]
     waiter = root / KERNEL / "trunner-waiter"
     assert waiter.stat().st_mode & stat.S_IXUSR
-    assert program_header_types(waiter.read_bytes()).isdisjoint({PT_INTERP, PT_DYNAMIC})
+    elf = waiter.read_bytes()
+    assert program_header_types(elf).isdisjoint({PT_INTERP, PT_DYNAMIC})
+    # No C library, linked or loaded: no dynamic symbols (imports), no
+    # relocations to apply at start-up, a few pages of its own code.
+    assert section_types(elf).isdisjoint({SHT_DYNSYM, SHT_DYNAMIC, SHT_RELA, SHT_REL})
+    assert len(elf) < 16 * 1024
     assert set(data["force_include"].values()) == {f"{KERNEL}/_kernel.abi3.so",
                                                    f"{KERNEL}/trunner-waiter"}
 
@@ -103,18 +117,29 @@ def test_missing_headers_are_one_line(hook: Any, tmp_path: Path,
                        "Fedora and RHEL)")
 
 
-def test_a_missing_static_libc_is_one_line(hook: Any, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    # A compiler whose static link fails, as where libc.a is not installed.
+def test_the_waiter_needs_no_c_library(hook: Any, tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # A compiler with no static C library (no libc.a: any other static link
+    # fails) and no headers for a -nostdlib build: the waiter builds all the
+    # same, from nolibc.h alone.
     cc = tmp_path / "cc-without-libc-a"
-    cc.write_text('#!/bin/sh\nfor a; do [ "$a" = -static ] && '
+    cc.write_text('#!/bin/sh\nfor a; do [ "$a" = -nostdlib ] && exec cc -nostdinc "$@"; done\n'
+                  'for a; do [ "$a" = -static ] && '
                   '{ echo "ld: cannot find -lc" >&2; exit 1; }; done\nexec cc "$@"\n')
     cc.chmod(0o755)
     monkeypatch.setenv("CC", str(cc))
     root = source_tree(tmp_path / "src")
+    build(hook, root)
+    assert (root / KERNEL / "trunner-waiter").stat().st_mode & stat.S_IXUSR
+
+
+def test_a_failing_waiter_compile_is_one_line(hook: Any, tmp_path: Path) -> None:
+    root = source_tree(tmp_path)
+    with open(root / KERNEL / "waiter.c", "a") as f:
+        f.write("\n#error not this time\n")
     message = fails(hook, root)
-    assert message == ("trunner-sandbox: no static C library for the static trunner-waiter: "
-                       "install libc6-dev (Debian and Ubuntu) or glibc-static (Fedora and RHEL)")
+    assert message == ("trunner-sandbox: compiling trunner/linux/kernel/waiter.c failed "
+                       "(the compiler's words are above)")
     assert not (root / KERNEL / "trunner-waiter").exists()
 
 
