@@ -21,6 +21,11 @@ wait for exit (and, for trunner, everything Runner.run does around that).
 Also: invocations/s at concurrency 1..16, parent CPU per invocation, the
 stdout drain rate of trunner's parent path against a plain pipe, and the
 issue's targets as ratios with PASS/MISS (reported, never asserted).
+Then the exec block (issue 22; alone with --exec-block): `exec /bin/true` bare,
+under bwrap, Runner().exec cold and through a pool, and a pooled `echo`
+against `python -I -S -c pass`, in rotating blocks of N runs, with the host's
+busy CPU from /proc/stat per run, the idle background, and invocations/s at
+concurrency 4.
 Progress goes to stderr; the table (or, with --json, one JSON object) to stdout.
 """
 
@@ -61,25 +66,40 @@ LATENCY_VARIANTS = ("bare", "trunner_cold", "trunner_prewarmed", "bwrap", "cat",
 THROUGHPUT_VARIANTS = ("bare", "trunner_cold", "trunner_prewarmed")
 
 
+def bwrap_mounts(paths: list[str]) -> list[str]:
+    """bubblewrap's mount options: read-only binds of `paths` that exist (a
+    path under another one bound is left to it), `--dev /dev`, `--proc /proc`
+    and `--tmpfs /tmp`, ordered parents first, so a bind of a path under
+    /tmp (a checkout in the temp dir) lands on top of the tmpfs instead of
+    being hidden by it."""
+    binds: list[str] = []
+    for path in sorted({os.path.abspath(p) for p in paths if os.path.exists(p)}, key=len):
+        if not any(path == b or path.startswith(b + "/") for b in binds):
+            binds.append(path)
+    mounts = [(path, 1, ["--ro-bind", path, path]) for path in binds]
+    mounts += [("/dev", 0, ["--dev", "/dev"]), ("/proc", 0, ["--proc", "/proc"]),
+               ("/tmp", 0, ["--tmpfs", "/tmp"])]
+    # Shallower first; at equal depth the fresh mount before a bind of the same path.
+    mounts.sort(key=lambda m: (m[0].rstrip("/").count("/"), m[1]))
+    return [arg for _, _, args in mounts for arg in args]
+
+
+#: What every bwrap variant binds read-only (as it exists on the host).
+SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc/ld.so.cache")
+
+
 def bwrap_argv(bwrap: str, adapter: tuple[str, ...]) -> list[str]:
     """bubblewrap around `adapter`, binding read-only only what it needs: the
     system dirs, the venv, its base interpreter's prefix and trunner's dir,
-    wherever they are (a project's .venv included)."""
+    wherever they are (a project's .venv included, a checkout under /tmp too)."""
     from trunner.linux.probe import trunner_dir
 
-    wanted = ["/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc/ld.so.cache",
+    wanted = [*SYSTEM_DIRS,
               sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
               os.path.dirname(os.path.realpath(sys.executable)),
               os.path.dirname(os.path.abspath(adapter[0])), trunner_dir()]
-    binds: list[str] = []
-    for path in sorted({os.path.abspath(p) for p in wanted if os.path.exists(p)}, key=len):
-        if not any(path == b or path.startswith(b + "/") for b in binds):
-            binds.append(path)
-    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
-    for path in binds:
-        argv += ["--ro-bind", path, path]
-    return [*argv, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--chdir", "/tmp",
-            "--", *adapter]
+    return [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+            *bwrap_mounts(wanted), "--chdir", "/tmp", "--", *adapter]
 
 
 def worker_adapter(worker: str) -> tuple[str, ...]:
@@ -240,13 +260,18 @@ def _descendants(pid: str) -> list[str]:
 
 
 def _warm_worker_pids(adapter: tuple[str, ...]) -> int:
-    """How many of our descendants run `adapter` and sit in read(0, ...)."""
+    """How many of our descendants run `adapter` and sit in read(0, ...).
+
+    A pool with a fork server (`backend.fork_server`) forks its workers from
+    the server, adapter imported, so they carry the server's argv: the
+    adapter's with `server ...` in place of the mode."""
+    served = (*adapter[:-1], "server")
     warm = 0
     for pid in _descendants(str(os.getpid())):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = tuple(a.decode() for a in f.read().split(b"\0") if a)
-            if argv[-len(adapter):] != adapter:
+            if argv[-len(adapter):] != adapter and argv[:len(served)] != served:
                 continue
             with open(f"/proc/{pid}/syscall") as f:
                 fields = f.read().split()
@@ -569,6 +594,394 @@ async def measure_drain(settings: Settings, backend: Any | None, temp_root: str
     return out
 
 
+# -- the exec block (issue 22) ---------------------------------------------------
+
+#: `exec /bin/true` variants, then the `echo` comparison, in one rotation.
+EXEC_VARIANTS = ("bare", "bwrap", "trunner_cold", "trunner_pool")
+ECHO_VARIANTS = ("trunner_pool_echo", "python_floor")
+#: Variants measured at concurrency 4 in the exec block.
+EXEC_C4_VARIANTS = ("trunner_pool", "trunner_cold", "bwrap")
+TRUE = "/bin/true"
+
+
+@dataclass(frozen=True)
+class ExecSettings:
+    n: int  # sequential invocations per block
+    rounds: int  # each round runs one block per variant, the order rotating
+    warmup: int  # untimed invocations per variant before the first round
+    c4_window_s: float  # the concurrency-4 window, per variant
+
+
+EXEC_DEFAULT = ExecSettings(n=100, rounds=5, warmup=3, c4_window_s=3.0)
+EXEC_QUICK = ExecSettings(n=8, rounds=2, warmup=1, c4_window_s=0.5)
+
+#: /proc/stat's jiffies (USER_HZ) per second.
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def host_busy_ms() -> float:
+    """Host-wide busy CPU time so far (ms): the first line of /proc/stat,
+    user + nice + system + irq + softirq + steal (guest time is already in
+    user). Every process counts, reaped or not, and the kernel's work."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    assert fields[0] == "cpu", fields
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return 1e3 * (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+def _descendants_busy() -> bool:
+    """Whether any descendant of ours is running (or in uninterruptible sleep)."""
+    for pid in _descendants(str(os.getpid())):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state in ("R", "D"):
+            return True
+    return False
+
+
+async def wait_quiet(pool: Any | None, size: int, timeout_s: float = 30.0) -> None:
+    """Until `pool` (if any) holds `size` idle workers and none of our
+    descendants has run for two polls in a row: the refill is over (its CPU
+    is then counted in the block that caused it, not the next)."""
+    with trio.move_on_after(timeout_s):
+        quiet = 0
+        while quiet < 2:
+            await trio.sleep(0.003)
+            full = pool is None or getattr(pool, "idle_workers", size) >= size
+            quiet = quiet + 1 if full and not _descendants_busy() else 0
+        return
+    raise BenchError(f"the pool did not refill and settle in {timeout_s} s")
+
+
+@dataclass
+class ExecVariant:
+    name: str
+    call: Callable[[], Awaitable[None]] | None  # one checked invocation; None: n/a
+    note: str = ""
+    #: Untimed but counted (CPU): after a block, wait for background work to end.
+    settle: Callable[[], Awaitable[None]] | None = None
+    rounds: list[dict[str, float]] = field(default_factory=list)
+
+
+def bare_true_call(env: dict[str, str], cwd: str) -> Callable[[], Awaitable[None]]:
+    async def call() -> None:
+        await trio.run_process([TRUE], env=env, cwd=cwd)  # check=True: exit 0
+    return call
+
+
+def bwrap_true_argv(bwrap: str) -> list[str]:
+    return [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+            *bwrap_mounts(list(SYSTEM_DIRS)), "--", TRUE]
+
+
+def argv_call(argv: list[str], env: dict[str, str], cwd: str) -> Callable[[], Awaitable[None]]:
+    async def call() -> None:
+        await _run_checked(argv, b"", env, cwd)
+    return call
+
+
+def exec_call(target: Any) -> Callable[[], Awaitable[None]]:
+    """`await target.exec(["/bin/true"])`, a Runner or an exec pool."""
+    async def call() -> None:
+        result = await target.exec([TRUE])
+        if result.response.exit_code != 0:
+            raise BenchError(f"/bin/true in trunner: {result.response!r}")
+    return call
+
+
+def echo_pool_call(pool: Any) -> Callable[[], Awaitable[None]]:
+    async def call() -> None:
+        result = await pool.run(b"x")
+        if result.response != b"x":
+            raise BenchError(f"trunner echo pool: wrong reply {result.response!r}")
+    return call
+
+
+async def _open_pool(runner: Any | None, mode: str, size: int, stack: contextlib.AsyncExitStack
+                     ) -> tuple[Any | None, float | None, str]:
+    """(pool, seconds to open it, why not)."""
+    if runner is None:
+        return None, None, "no Runner on this host"
+    if not callable(getattr(runner, "pool", None)):
+        return None, None, "Runner has no `pool`"
+    t0 = time.perf_counter()
+    try:
+        pool = await stack.enter_async_context(runner.pool(mode, size=size))
+    except Exception as e:  # a RunnerError or an older signature: n/a
+        return None, None, f"Runner.pool({mode!r}) failed: {e!r}"
+    return pool, time.perf_counter() - t0, ""
+
+
+async def _exec_probe(v: ExecVariant, warmup: int) -> ExecVariant:
+    """Warm-up calls (one at least): a variant that cannot run is n/a."""
+    if v.call is None:
+        return v
+    try:
+        for _ in range(max(1, warmup)):
+            await v.call()
+        if v.settle is not None:
+            await v.settle()
+    except Exception as e:
+        return ExecVariant(v.name, None, f"probe failed: {e!r}")
+    return v
+
+
+async def _block(v: ExecVariant, n: int) -> dict[str, float]:
+    """N sequential invocations: wall, host busy CPU, our own CPU."""
+    assert v.call is not None
+    h0, p0 = host_busy_ms(), _cpu(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        await v.call()
+    t1 = time.perf_counter()
+    if v.settle is not None:
+        await v.settle()
+    t2 = time.perf_counter()
+    h1, p1 = host_busy_ms(), _cpu(resource.RUSAGE_SELF)
+    return {"wall_s": t1 - t0, "span_s": t2 - t0, "host_busy_ms": h1 - h0,
+            "parent_cpu_ms": 1e3 * (p1 - p0)}
+
+
+async def _idle_block(duration_s: float) -> dict[str, float]:
+    h0, t0 = host_busy_ms(), time.perf_counter()
+    await trio.sleep(duration_s)
+    h1, t1 = host_busy_ms(), time.perf_counter()
+    return {"span_s": t1 - t0, "host_busy_ms": h1 - h0,
+            "busy_ms_per_s": (h1 - h0) / (t1 - t0)}
+
+
+async def _c4(v: ExecVariant, window_s: float) -> dict[str, float]:
+    """4 closed-loop callers over `window_s` (the steady part counted, as in
+    the throughput section), and the host's busy CPU per invocation."""
+    assert v.call is not None
+    h0 = host_busy_ms()
+    work, length, lats = await throughput_window(v.call, 4, window_s)
+    if v.settle is not None:
+        await v.settle()
+    h1 = host_busy_ms()
+    return {"per_s": work / length, "calls": len(lats),
+            "host_cpu_ms_per_inv": (h1 - h0) / max(len(lats), 1),
+            "latency_p50_ms": 1e3 * statistics.median(lats) if lats else math.nan}
+
+
+def _ratio_of(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b is not None and a > 0 and b > 0 else None
+
+
+def exec_block_figures(variants: list[ExecVariant], idle: list[dict[str, float]], n: int
+                       ) -> dict[str, Any]:
+    """Per variant, the median over rounds of the per-run figures. `host_cpu`
+    is raw; `host_cpu_net` takes off that round's idle background rate times
+    the block's span (calls and settle)."""
+    out: dict[str, Any] = {}
+    for v in variants:
+        if not v.rounds:
+            out[v.name] = None
+            continue
+        per: dict[str, list[float]] = {"wall_ms_per_run": [], "host_cpu_ms_per_run": [],
+                                       "background_ms_per_run": [],
+                                       "host_cpu_net_ms_per_run": [],
+                                       "parent_cpu_ms_per_run": []}
+        for b, i in zip(v.rounds, idle, strict=True):
+            bg = i["busy_ms_per_s"] * b["span_s"]
+            per["wall_ms_per_run"].append(1e3 * b["wall_s"] / n)
+            per["host_cpu_ms_per_run"].append(b["host_busy_ms"] / n)
+            per["background_ms_per_run"].append(bg / n)
+            per["host_cpu_net_ms_per_run"].append((b["host_busy_ms"] - bg) / n)
+            per["parent_cpu_ms_per_run"].append(b["parent_cpu_ms"] / n)
+        fig: dict[str, Any] = {k: statistics.median(xs) for k, xs in per.items()}
+        fig["rounds"] = v.rounds
+        out[v.name] = fig
+    return out
+
+
+def exec_ratios(figs: dict[str, Any]) -> dict[str, float | None]:
+    def get(name: str, key: str) -> float | None:
+        f = figs.get(name)
+        return f[key] if f else None
+
+    net, wall = "host_cpu_net_ms_per_run", "wall_ms_per_run"
+    raw = "host_cpu_ms_per_run"
+    return {
+        "pool_vs_bwrap_host_cpu": _ratio_of(get("trunner_pool", net), get("bwrap", net)),
+        "pool_vs_bwrap_host_cpu_raw": _ratio_of(get("trunner_pool", raw), get("bwrap", raw)),
+        "pool_vs_bwrap_wall": _ratio_of(get("trunner_pool", wall), get("bwrap", wall)),
+        "cold_vs_bwrap_host_cpu": _ratio_of(get("trunner_cold", net), get("bwrap", net)),
+        "cold_vs_bwrap_host_cpu_raw": _ratio_of(get("trunner_cold", raw), get("bwrap", raw)),
+        "cold_vs_bwrap_wall": _ratio_of(get("trunner_cold", wall), get("bwrap", wall)),
+        "echo_pool_vs_python_host_cpu": _ratio_of(get("trunner_pool_echo", net),
+                                                  get("python_floor", net)),
+        "echo_pool_vs_python_host_cpu_raw": _ratio_of(get("trunner_pool_echo", raw),
+                                                      get("python_floor", raw)),
+        "echo_pool_vs_python_wall": _ratio_of(get("trunner_pool_echo", wall),
+                                              get("python_floor", wall)),
+    }
+
+
+def exec_targets(block: dict[str, Any]) -> dict[str, Any]:
+    r = block["ratios"]
+    return {
+        "exec_pool_cpu_vs_bwrap": _target(
+            r["pool_vs_bwrap_host_cpu"], "<=", 2.0,
+            "trunner_pool exec host CPU / bwrap's (background off)"),
+        "exec_pool_wall_vs_bwrap": _target(
+            r["pool_vs_bwrap_wall"], "<=", 1.5, "trunner_pool exec wall / bwrap's"),
+        "echo_pool_cpu_vs_python": _target(
+            r["echo_pool_vs_python_host_cpu"], "<=", 0.5,
+            "trunner_pool echo host CPU / python -I -S -c pass's (background off)"),
+    }
+
+
+async def measure_exec_block(settings: ExecSettings, runner: Any | None, runner_note: str,
+                             bwrap: str | None, env: dict[str, str], work_dir: str
+                             ) -> dict[str, Any]:
+    """Every variant in blocks of N sequential invocations, one block per
+    variant per round, the order rotating between rounds, and one idle block
+    per round (as long as the round's median block) for the host's
+    background; then invocations/s at concurrency 4."""
+    started = time.perf_counter()
+    python = [sys.executable, "-I", "-S", "-c", "pass"]
+    pool_open_s: dict[str, float | None] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        pool, pool_open_s["trunner_pool"], pool_note = await _open_pool(
+            runner, "exec", 1, stack)
+        echo, pool_open_s["trunner_pool_echo"], echo_note = await _open_pool(
+            runner, "echo", 1, stack)
+
+        async def settle_pool() -> None:
+            await wait_quiet(pool, 1)
+
+        async def settle_echo() -> None:
+            await wait_quiet(echo, 1)
+
+        log("exec block: probing variants ...")
+        variants = [
+            ExecVariant("bare", bare_true_call(env, work_dir)),
+            ExecVariant("bwrap", argv_call(bwrap_true_argv(bwrap), env, work_dir)
+                        if bwrap else None, "" if bwrap else "bwrap not installed"),
+            ExecVariant("trunner_cold", exec_call(runner) if runner else None, runner_note),
+            ExecVariant("trunner_pool", exec_call(pool) if pool else None, pool_note,
+                        settle=settle_pool),
+            ExecVariant("trunner_pool_echo", echo_pool_call(echo) if echo else None,
+                        echo_note, settle=settle_echo),
+            ExecVariant("python_floor", argv_call(python, env, work_dir)),
+        ]
+        variants = [await _exec_probe(v, settings.warmup) for v in variants]
+        for v in variants:
+            log(f"  {v.name}: {'ok' if v.call else 'n/a (' + v.note + ')'}")
+        active = [v for v in variants if v.call is not None]
+        idle: list[dict[str, float]] = []
+        for r in range(settings.rounds):
+            k = r % len(active)
+            spans = []
+            for v in active[k:] + active[:k]:
+                b = await _block(v, settings.n)
+                v.rounds.append(b)
+                spans.append(b["span_s"])
+            idle.append(await _idle_block(statistics.median(spans)))
+            log(f"  exec block: round {r + 1}/{settings.rounds}")
+    figs = exec_block_figures(variants, idle, settings.n)
+
+    log(f"exec block: concurrency 4, {settings.c4_window_s:g} s each ...")
+    c4: dict[str, Any] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        pool4, pool_open_s["trunner_pool_c4"], pool4_note = await _open_pool(
+            runner, "exec", 4, stack)
+
+        async def settle_pool4() -> None:
+            await wait_quiet(pool4, 4)
+
+        by_name = {v.name: v for v in variants}
+        c4_variants = [
+            ExecVariant("trunner_pool", exec_call(pool4) if pool4 else None, pool4_note,
+                        settle=settle_pool4),
+            by_name["trunner_cold"],
+            by_name["bwrap"],
+        ]
+        for v in c4_variants:
+            if v.call is not None and v.settle is not None:
+                await v.settle()
+            c4[v.name] = await _c4(v, settings.c4_window_s) if v.call is not None else None
+    idle_rates = [i["busy_ms_per_s"] for i in idle]
+    block: dict[str, Any] = {
+        "settings": dict(settings.__dict__),
+        "clk_tck": CLK_TCK,
+        "python_floor": sys.executable,
+        "background": "subtracted in host_cpu_net_ms_per_run and in the ratios and"
+                      " targets (each round's idle rate x the block's span);"
+                      " host_cpu_ms_per_run and the *_raw ratios are raw",
+        "variants": figs,
+        "unavailable": {v.name: v.note for v in variants if v.call is None},
+        "idle": {"busy_ms_per_s": statistics.median(idle_rates) if idle_rates else None,
+                 "rounds": idle},
+        "pool_open_ms": {k: None if s is None else 1e3 * s for k, s in pool_open_s.items()},
+        "concurrency4": c4,
+        "elapsed_s": time.perf_counter() - started,
+    }
+    block["ratios"] = exec_ratios(figs)
+    block["targets"] = exec_targets(block)
+    return block
+
+
+def render_exec_block(block: dict[str, Any]) -> list[str]:
+    s = block["settings"]
+    idle = block["idle"]["busy_ms_per_s"]
+    lines = [
+        f"exec /bin/true block: {s['rounds']} rounds x N={s['n']} sequential runs per variant,"
+        f" order rotating; median over rounds; {block['elapsed_s']:.0f} s",
+        f"  host CPU = /proc/stat busy (all processes + kernel); idle background"
+        f" {idle if idle is not None else math.nan:.1f} ms/s, subtracted in 'net'",
+        "  variant                 wall/run  host CPU/run   background   net CPU/run"
+        "  parent CPU/run",
+    ]
+    for name in (*EXEC_VARIANTS, *ECHO_VARIANTS):
+        f = block["variants"].get(name)
+        if name == ECHO_VARIANTS[0]:
+            lines.append("  echo comparison")
+        if f is None:
+            lines.append(f"  {name:<22} n/a ({block['unavailable'].get(name, '')})")
+            continue
+        lines.append(
+            f"  {name:<22} {f['wall_ms_per_run']:7.2f} ms  {f['host_cpu_ms_per_run']:9.2f} ms"
+            f"  {f['background_ms_per_run']:8.2f} ms  {f['host_cpu_net_ms_per_run']:9.2f} ms"
+            f"  {f['parent_cpu_ms_per_run']:11.2f} ms")
+    opened = ", ".join(f"{k} {'n/a' if v is None else f'{v:.1f} ms'}"
+                       for k, v in block["pool_open_ms"].items())
+    lines.append(f"  pools opened (outside the blocks): {opened}")
+    lines.append("  ratios (net host CPU; raw in brackets)")
+    r = block["ratios"]
+
+    def cell(key: str) -> str:
+        return "n/a" if r[key] is None else f"{r[key]:.3f}"
+
+    lines.append(f"    pool / bwrap:  host CPU {cell('pool_vs_bwrap_host_cpu')}"
+                 f" [{cell('pool_vs_bwrap_host_cpu_raw')}]  wall {cell('pool_vs_bwrap_wall')}")
+    lines.append(f"    cold / bwrap:  host CPU {cell('cold_vs_bwrap_host_cpu')}"
+                 f" [{cell('cold_vs_bwrap_host_cpu_raw')}]  wall {cell('cold_vs_bwrap_wall')}")
+    lines.append(f"    echo pool / python -I -S -c pass:  host CPU"
+                 f" {cell('echo_pool_vs_python_host_cpu')}"
+                 f" [{cell('echo_pool_vs_python_host_cpu_raw')}]"
+                 f"  wall {cell('echo_pool_vs_python_wall')}")
+    lines.append(f"  concurrency 4, {s['c4_window_s']:g} s window   invocations/s"
+                 "  host CPU/inv  p50 latency")
+    for name in EXEC_C4_VARIANTS:
+        c = block["concurrency4"].get(name)
+        if c is None:
+            lines.append(f"    {name:<32} n/a")
+            continue
+        label = f"{name} (pool of 4)" if name == "trunner_pool" else name
+        lines.append(f"    {label:<32} {c['per_s']:9.1f}  {c['host_cpu_ms_per_inv']:9.2f} ms"
+                     f"  {c['latency_p50_ms']:8.2f} ms")
+    lines.append("  targets (reported, not asserted; the pool's c=4 >= 3x the previous"
+                 " pool's needs an older checkout)")
+    lines += _render_targets(block["targets"])
+    return lines
+
+
 # -- report --------------------------------------------------------------------
 
 
@@ -607,14 +1020,27 @@ def latency_figures(variants: list[Variant]) -> dict[str, Any]:
     return figs
 
 
+def _target(value: float | None, op: str, threshold: float, what: str) -> dict[str, Any]:
+    if value is None:
+        return {"what": what, "value": None, "op": op, "threshold": threshold,
+                "pass": None, "status": "n/a"}
+    ok = {"<=": value <= threshold, "<": value < threshold, ">=": value >= threshold}[op]
+    return {"what": what, "value": value, "op": op, "threshold": threshold,
+            "pass": ok, "status": "PASS" if ok else "MISS"}
+
+
+def _render_targets(ts: dict[str, Any]) -> list[str]:
+    lines = []
+    width = max([20, *map(len, ts)])
+    for name, t in ts.items():
+        value = "n/a" if t["value"] is None else f"{t['value']:.3f}"
+        lines.append(f"  {t['status']:<5} {name:<{width}} {value:>7} {t['op']:>2}"
+                     f" {t['threshold']:<4g}  {t['what']}")
+    return lines
+
+
 def targets(lat: dict[str, Any], tp: dict[str, Any], drain: dict[str, Any]) -> dict[str, Any]:
-    def target(value: float | None, op: str, threshold: float, what: str) -> dict[str, Any]:
-        if value is None:
-            return {"what": what, "value": None, "op": op, "threshold": threshold,
-                    "pass": None, "status": "n/a"}
-        ok = {"<=": value <= threshold, "<": value < threshold, ">=": value >= threshold}[op]
-        return {"what": what, "value": value, "op": op, "threshold": threshold,
-                "pass": ok, "status": "PASS" if ok else "MISS"}
+    target = _target
 
     bare, cold, pre = lat.get("bare"), lat.get("trunner_cold"), lat.get("trunner_prewarmed")
     py, bw = lat.get("python_floor"), lat.get("bwrap")
@@ -652,6 +1078,13 @@ def targets(lat: dict[str, Any], tp: dict[str, Any], drain: dict[str, Any]) -> d
 def render(report: dict[str, Any]) -> str:
     lines: list[str] = []
     m = report["meta"]
+    if "latency_ms" not in report:  # --exec-block: that block alone
+        lines.append(f"trunner spawn benchmark, exec block only; {m['elapsed_s']:.0f} s")
+        lines.append(f"host: {m['kernel']}, {m['cpus']} CPUs, Python {m['python']}, "
+                     f"bwrap {m['bwrap'] or 'absent'}; load avg {m['loadavg_1m'][0]:.1f} -> "
+                     f"{m['loadavg_1m'][1]:.1f}")
+        lines.append("")
+        return "\n".join(lines + render_exec_block(report["exec_block"]))
     lines.append(
         f"trunner spawn benchmark: n={m['n']} per variant after {m['warmup']} warm-up, "
         f"interleaved; request frame {m['frame_bytes']} B; {m['elapsed_s']:.0f} s"
@@ -710,10 +1143,10 @@ def render(report: dict[str, Any]) -> str:
                  f"  {1.0:7.2f}x")
     lines.append("")
     lines.append("targets (reported, not asserted)")
-    for name, t in report["targets"].items():
-        value = "n/a" if t["value"] is None else f"{t['value']:.3f}"
-        lines.append(f"  {t['status']:<5} {name:<20} {value:>7} {t['op']:>2} {t['threshold']:<4g}"
-                     f"  {t['what']}")
+    lines += _render_targets(report["targets"])
+    if report.get("exec_block") is not None:
+        lines.append("")
+        lines += render_exec_block(report["exec_block"])
     return "\n".join(lines)
 
 
@@ -794,7 +1227,23 @@ def _bwrap_version(path: str) -> str | None:
         return None
 
 
-async def bench(settings: Settings) -> dict[str, Any]:
+def _meta(load_start: float, worker: str, bwrap: str | None) -> dict[str, Any]:
+    return {
+        "worker": worker,
+        "python": platform.python_version(),
+        "python_floor": os.path.realpath(sys.executable),
+        "kernel": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "cpus": os.cpu_count(),
+        "bwrap": _bwrap_version(bwrap) if bwrap else None,
+        "elapsed_s": 0.0,
+        # 1-minute load average before and after: how shared the machine was.
+        "loadavg_1m": [load_start, os.getloadavg()[0]],
+    }
+
+
+async def bench(settings: Settings, exec_settings: ExecSettings, exec_only: bool = False
+                ) -> dict[str, Any]:
+    """The whole run, or with `exec_only` the exec block alone."""
     from trunner.errors import RunnerError
     from trunner.runner import Runner
     from trunner.worker import locate_worker
@@ -816,6 +1265,15 @@ async def bench(settings: Settings) -> dict[str, Any]:
             runner = Runner(temp_root=jail_root)
         except RunnerError as e:
             runner_note = f"Runner refused on this host: {e.reason}: {e.detail}"
+        if exec_only:
+            block = await measure_exec_block(exec_settings, runner, runner_note, bwrap, env,
+                                             work_dir)
+            leftovers = os.listdir(jail_root)
+            if leftovers:
+                raise BenchError(f"jail dirs left behind: {leftovers}")
+            meta = _meta(load_start, worker, bwrap)
+            meta["elapsed_s"] = time.perf_counter() - started
+            return {"meta": meta, "exec_block": block}
         async with contextlib.AsyncExitStack() as stack:
             log("probing variants ...")
             variants = [
@@ -843,6 +1301,8 @@ async def bench(settings: Settings) -> dict[str, Any]:
             tp = await measure_throughput(tp_variants, settings)
         log(f"drain ({settings.drain_bytes // MiB} MiB) ...")
         drain = await measure_drain(settings, runner.backend if runner else None, jail_root)
+        block = await measure_exec_block(exec_settings, runner, runner_note, bwrap, env,
+                                         work_dir)
         leftovers = os.listdir(jail_root)
         if leftovers:
             raise BenchError(f"jail dirs left behind: {leftovers}")
@@ -854,15 +1314,7 @@ async def bench(settings: Settings) -> dict[str, Any]:
             "throughput_window_s": settings.tp_window_s,
             "throughput_rounds": settings.tp_rounds,
             "frame_bytes": len(FRAME),
-            "worker": worker,
-            "python": platform.python_version(),
-            "python_floor": os.path.realpath(sys.executable),  # noqa: ASYNC240  untimed
-            "kernel": f"{platform.system()} {platform.release()} {platform.machine()}",
-            "cpus": os.cpu_count(),
-            "bwrap": _bwrap_version(bwrap) if bwrap else None,
-            "elapsed_s": 0.0,
-            # 1-minute load average before and after: how shared the machine was.
-            "loadavg_1m": [load_start, os.getloadavg()[0]],
+            **_meta(load_start, worker, bwrap),
         },
         "latency_ms": lat,
         # Raw round trips (ms), measurement order: for --plot and later looks.
@@ -872,6 +1324,7 @@ async def bench(settings: Settings) -> dict[str, Any]:
         "parent_cpu_ms_per_inv": {k: f["parent_cpu_ms_per_inv"] for k, f in lat.items() if f},
         "drain": drain,
         "targets": targets(lat, tp, drain),
+        "exec_block": block,
     }
     report["meta"]["elapsed_s"] = time.perf_counter() - started
     return report
@@ -890,7 +1343,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", metavar="FILE.svg", help="write the latency CDF as SVG")
     parser.add_argument("-n", type=int, help="measured iterations per variant")
     parser.add_argument("--drain-mib", type=int, help="size of the drained reply, MiB")
+    parser.add_argument("--exec-block", action="store_true",
+                        help="run only the exec /bin/true block (and its echo comparison)")
+    parser.add_argument("--exec-n", type=int,
+                        help="sequential invocations per exec block (default 100, --quick 8)")
     args = parser.parse_args(argv)
+    if args.exec_block and (args.compare or args.plot or args.load):
+        parser.error("--exec-block measures that block only: no --compare, --plot, --from")
     if args.plot and not args.plot.endswith(".svg"):
         parser.error("--plot writes SVG: give a FILE ending in .svg")
     old = None
@@ -904,13 +1363,22 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(**{**settings.__dict__, "n": args.n})
     if args.drain_mib is not None:
         settings = Settings(**{**settings.__dict__, "drain_bytes": args.drain_mib * MiB})
+    exec_settings = EXEC_QUICK if args.quick else EXEC_DEFAULT
+    if args.exec_n is not None:
+        if args.exec_n < 1:
+            parser.error("--exec-n must be at least 1")
+        exec_settings = ExecSettings(**{**exec_settings.__dict__, "n": args.exec_n})
     if args.load:
         with open(args.load) as f:
             report = json.load(f)
         # Judged by this revision's targets.
-        report["targets"] = targets(report["latency_ms"], report["throughput"], report["drain"])
+        if "latency_ms" in report:
+            report["targets"] = targets(report["latency_ms"], report["throughput"],
+                                        report["drain"])
+        if report.get("exec_block") is not None:
+            report["exec_block"]["targets"] = exec_targets(report["exec_block"])
     else:
-        report = trio.run(bench, settings)
+        report = trio.run(bench, settings, exec_settings, args.exec_block)
     if old is not None:
         report["compare"] = {"against": args.compare, "ratios": compare(report, old)}
     if args.save:

@@ -106,6 +106,8 @@ def test_spawn_latency_quick_reports_every_figure(tmp_path: Path) -> None:
             assert positive(d[key]), (name, key, d[key])
         assert non_negative(d["peak_rss_growth_mib"]), (name, d["peak_rss_growth_mib"])
 
+    check_exec_block(report["exec_block"])
+
     targets = report["targets"]
     assert set(targets) == {"cold_jail_overhead", "prewarmed_vs_bare", "prewarmed_vs_bwrap",
                             "concurrency_scaling", "drain_vs_pipe", "cold_vs_floor",
@@ -116,6 +118,75 @@ def test_spawn_latency_quick_reports_every_figure(tmp_path: Path) -> None:
     for name in ("cold_jail_overhead", "concurrency_scaling", "drain_vs_pipe", "cold_vs_floor",
                  "child_cpu_vs_floor"):
         assert positive(targets[name]["value"]), (name, targets[name])
+
+
+EXEC_ALWAYS = ("bare", "trunner_cold", "trunner_pool", "trunner_pool_echo", "python_floor")
+EXEC_KEYS = ("wall_ms_per_run", "host_cpu_ms_per_run", "background_ms_per_run",
+             "host_cpu_net_ms_per_run", "parent_cpu_ms_per_run")
+
+
+def check_exec_block(block: dict[str, Any]) -> None:
+    """The exec /bin/true block (issue 22): every figure of every variant a
+    positive number. Host CPU comes from /proc/stat in jiffies (10 ms), so
+    a quick block of the cheapest variant may see none, and the figure net
+    of the idle background may go either way: finite, not positive."""
+    variants = block["variants"]
+    names = [*EXEC_ALWAYS, "bwrap"] if variants["bwrap"] is not None else list(EXEC_ALWAYS)
+    if shutil.which("bwrap") is None:
+        assert variants["bwrap"] is None
+        assert block["unavailable"]["bwrap"]
+    for name in names:
+        fig = variants[name]
+        assert fig is not None, block["unavailable"].get(name)
+        assert len(fig["rounds"]) == block["settings"]["rounds"], name
+        for key in ("wall_ms_per_run", "parent_cpu_ms_per_run"):
+            assert positive(fig[key]), (name, key, fig[key])
+        # An idle host may show no busy jiffy in a short idle block.
+        assert non_negative(fig["background_ms_per_run"]), (name, fig)
+        host = fig["host_cpu_ms_per_run"]
+        assert (non_negative if name == "bare" else positive)(host), (name, host)
+        assert math.isfinite(fig["host_cpu_net_ms_per_run"]), name
+    assert non_negative(block["idle"]["busy_ms_per_s"])
+    assert len(block["idle"]["rounds"]) == block["settings"]["rounds"]
+    for name in ("trunner_pool", "trunner_pool_echo", "trunner_pool_c4"):
+        assert positive(block["pool_open_ms"][name]), name
+    c4 = block["concurrency4"]
+    for name in ("trunner_pool", "trunner_cold", "bwrap"):
+        if name == "bwrap" and variants["bwrap"] is None:
+            assert c4["bwrap"] is None
+            continue
+        for key in ("per_s", "host_cpu_ms_per_inv", "latency_p50_ms"):
+            assert positive(c4[name][key]), (name, key, c4[name])
+    ratios = block["ratios"]
+    with_bwrap = ("cold_vs_bwrap_wall", "pool_vs_bwrap_wall")
+    always = ("echo_pool_vs_python_wall", "echo_pool_vs_python_host_cpu_raw")
+    for name in always + (with_bwrap if variants["bwrap"] is not None else ()):
+        assert positive(ratios[name]), (name, ratios)
+    if variants["bwrap"] is None:
+        assert all(ratios[name] is None for name in with_bwrap), ratios
+    for r in ratios.values():  # None where a figure is n/a (or net of background, not > 0)
+        assert r is None or positive(r), ratios
+    targets = block["targets"]
+    assert set(targets) == {"exec_pool_cpu_vs_bwrap", "exec_pool_wall_vs_bwrap",
+                            "echo_pool_cpu_vs_python"}
+    for name, t in targets.items():
+        assert t["status"] in ("PASS", "MISS", "n/a"), (name, t)
+        assert (t["value"] is None) == (t["status"] == "n/a"), (name, t)
+
+
+def test_spawn_latency_exec_block_alone(tmp_path: Path) -> None:
+    """--exec-block runs that block only; --from renders its table."""
+    saved = tmp_path / "exec.json"
+    report = run_quick_json("spawn_latency.py", "--exec-block", "--save", str(saved))
+    assert set(report) == {"meta", "exec_block"}
+    assert report["exec_block"]["settings"]["n"] == 8
+    check_exec_block(report["exec_block"])
+    table = subprocess.run(
+        [sys.executable, os.path.join(BENCH_DIR, "spawn_latency.py"), "--from", str(saved)],
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=True, cwd=tmp_path,
+    ).stdout
+    assert "exec /bin/true block" in table
+    assert "exec_pool_cpu_vs_bwrap" in table
 
 
 def check_plot(svg: Path, report: dict[str, Any]) -> None:
@@ -145,6 +216,7 @@ def check_compare(saved: Path, tmp_path: Path) -> None:
     ).stdout
     assert "cold_c4_vs_old" in table
     assert "invocations/s at concurrency" in table
+    assert "exec /bin/true block" in table
 
 
 def test_helper_steps_quick_reports_every_figure() -> None:
