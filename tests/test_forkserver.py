@@ -436,6 +436,26 @@ async def test_a_server_killed_with_a_request_fails_it_and_the_next_starts_anew(
         assert spawner.pid != first
 
 
+async def _through_kills(call: Callable[..., Any], sent: list[Any], hook: Any, n: int,
+                         killed: list[int]) -> dict[str, int]:
+    """`n` calls, each with `hook` on its send (which kills the server and
+    appends its pid to `killed`): each runs or fails `spawn_failed`, and no
+    leader is left. A server that answered before it was killed is reaped by
+    the next request (or the close), not at once."""
+    outcomes: dict[str, int] = {}
+    for i in range(n):
+        sent.append(hook)
+        try:
+            assert (await call(i)).response == i
+            outcomes["ran"] = outcomes.get("ran", 0) + 1
+        except RunnerError as e:
+            assert e.reason is Reason.SPAWN_FAILED, e  # noqa: PT017  either outcome
+            outcomes["spawn_failed"] = outcomes.get("spawn_failed", 0) + 1
+        assert [p for p in child_pids() if p != killed[-1]] == [], outcomes
+        assert not is_alive(killed[-1])
+    return outcomes
+
+
 @pytest.mark.parametrize("seed", range(3))
 async def test_a_server_killed_at_random_moments_leaves_no_leader(
     runner: Runner, sent: list[Any], seed: int
@@ -443,8 +463,6 @@ async def test_a_server_killed_at_random_moments_leaves_no_leader(
     """Killed at a random moment around the fork: the run fails
     `spawn_failed` or runs, the stray leader (if any) is reaped."""
     rng = random.Random(seed)
-    outcomes: dict[str, int] = {}
-    last = None
     killed: list[int] = []
 
     def then_kill(real: Any, sock: Any, buffers: Any, fds: Any) -> Any:
@@ -459,19 +477,7 @@ async def test_a_server_killed_at_random_moments_leaves_no_leader(
 
     spawner, call = _fork_server(runner, "echo")
     async with spawner:
-        for i in range(8):
-            sent.append(then_kill)
-            try:
-                assert (await call(i)).response == i
-                outcomes["ran"] = outcomes.get("ran", 0) + 1
-            except RunnerError as e:
-                assert e.reason is Reason.SPAWN_FAILED, e  # noqa: PT017  either outcome
-                outcomes["spawn_failed"] = outcomes.get("spawn_failed", 0) + 1
-                last = e
-            # No leader left. A server that answered before it was killed is
-            # reaped by the next request (or the close), not at once.
-            assert [p for p in child_pids() if p != killed[-1]] == [], (outcomes, last)
-            assert not is_alive(killed[-1])
+        outcomes = await _through_kills(call, sent, then_kill, 8, killed)
     print(outcomes, f"strays reaped: {spawner.strays}")
 
 
@@ -480,29 +486,22 @@ async def test_a_server_killed_once_it_forked_leaves_no_leader(
 ) -> None:
     """Killed as soon as the leader is our child, before (or just after) its
     answer: the leader is found by its `S` on the link and reaped, or runs."""
-    strays = ran = 0
+    killed: list[int] = []
 
     def kill_at_fork(real: Any, sock: Any, buffers: Any, fds: Any) -> Any:
-        server = spawner.pid
+        killed.append(server := spawner.pid or 0)
         before = set(child_pids())
         n = real(sock, buffers, fds)
         start = time.monotonic()
         while not set(child_pids()) - before and time.monotonic() - start < 5:
             pass
-        os.kill(server or 0, signal.SIGKILL)
+        os.kill(server, signal.SIGKILL)
         return n
 
     spawner, call = _fork_server(runner, "echo")
     async with spawner:
-        for i in range(10):
-            sent.append(kill_at_fork)
-            try:
-                assert (await call(i)).response == i
-                ran += 1
-            except RunnerError as e:
-                assert e.reason is Reason.SPAWN_FAILED, e  # noqa: PT017  either outcome
-            assert [p for p in child_pids() if is_alive(p)] == []
-            strays = spawner.strays
+        ran = (await _through_kills(call, sent, kill_at_fork, 10, killed)).get("ran", 0)
+        strays = spawner.strays
     print(f"{strays} strays reaped, {ran} ran, of 10")
     assert strays >= 1  # the path is taken: here 10 of 10 (the answer comes after the fork)
 
