@@ -312,7 +312,11 @@ def _descendants(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        for path in Path(f"/proc/{p}/task").glob("*/children"):
+        try:  # a process that ends while we look has no task dir left to list
+            paths = list(Path(f"/proc/{p}/task").glob("*/children"))
+        except OSError:
+            continue
+        for path in paths:
             try:
                 kids = [int(k) for k in path.read_text().split()]
             except OSError:
