@@ -52,6 +52,10 @@ class Reason(enum.StrEnum):
     UNSUPPORTED_PLATFORM = "unsupported_platform"
     # After the child.
     CLEANUP_FAILED = "cleanup_failed"
+    # Beyond one host (trunner.ray).
+    #: The Ray node (its raylet, or the actor holding its pool) was lost
+    #: with the call in flight: the run may or may not have executed.
+    NODE_LOST = "node_lost"
     # A bug in trunner, reported as a RunnerError (the cause is chained).
     INTERNAL_ERROR = "internal_error"
 

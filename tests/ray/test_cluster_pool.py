@@ -1,0 +1,262 @@
+"""`trunner.ray.cluster_pool` on a real 2-node Ray cluster (tests/ray/conftest.py):
+routing, parity of errors with a local Runner, a lost node, a killed actor,
+cancellation, back-pressure, cleanup, and refused starts."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import ray
+import trio
+from raysupport import children_of, leftovers, raylet_pid, trunner_cgroups
+
+from support import jailed_under, wait_until
+from trunner import Limits, Reason, Runner, RunnerError
+from trunner.ray import AsyncioPool, cluster_pool
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from raysupport import Nodes
+
+LIMITS = Limits(wall_time_s=20.0)
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def sleeping(root: Path) -> list[int]:
+    """The jailed `sleep`s under `root`: the runs in flight there."""
+    return [pid for pid in jailed_under(str(root)) if cmdline(pid).startswith(b"sleep\0")]
+
+
+def pool(nodes: Nodes, mode: str = "exec", **kw: Any) -> Any:
+    kw.setdefault("limits", LIMITS)
+    kw.setdefault("size_per_node", 2)
+    kw.setdefault("temp_root", str(nodes.jail_root))
+    return cluster_pool(mode, **kw)
+
+
+async def test_200_requests_over_two_nodes_one_rules_version(nodes: Nodes) -> None:
+    built_two_ways = {Runner(limits=LIMITS).rules_version(),
+                      Runner(limits=Limits.from_mapping({"wall_time_s": 20})).rules_version()}
+    answers: dict[int, bytes] = {}
+    async with pool(nodes) as p:
+        assert set(p.nodes) == {nodes.head_id, nodes.worker_id}
+
+        async def one(i: int) -> None:
+            token = f"request {i} {os.urandom(8).hex()}".encode()
+            r = await p.exec(["cat"], stdin=token)
+            assert r.rules_version == p.rules_version
+            assert r.usage is not None
+            answers[i] = token if r.response.stdout == token else r.response.stdout
+
+        async with trio.open_nursery() as n:
+            for i in range(200):
+                n.start_soon(one, i)
+        served = {node_id: s.served for node_id, s in (await p.node_stats()).items()}
+    assert len(answers) == 200
+    assert built_two_ways == {p.rules_version}
+    assert set(served) == {nodes.head_id, nodes.worker_id}
+    assert all(count > 0 for count in served.values()), served
+    assert sum(served.values()) == 200
+
+
+CASES = {
+    Reason.TIMEOUT: "import time\ntime.sleep(30)",
+    Reason.CPU_TIME: "while True: pass",
+    Reason.STDOUT_CAP: "import os\nos.write(1, b'x' * 100000)",
+    Reason.NONZERO_EXIT: "raise ValueError('boom')",
+}
+
+
+async def test_limits_come_back_as_the_local_runner_error(nodes: Nodes) -> None:
+    limits = Limits(wall_time_s=1.5, cpu_time_s=0.5, stdout_max_bytes=4096)
+    local = Runner(limits=limits, import_paths=[TESTS_DIR], temp_root=str(nodes.jail_root))
+    async with pool(nodes, "children:run_code", limits=limits, import_paths=[TESTS_DIR]) as p:
+        for reason, code in CASES.items():
+            with pytest.raises(RunnerError) as here:
+                await local.run("children:run_code", code)
+            with pytest.raises(RunnerError) as there:
+                await p.run(code)
+            assert type(there.value) is RunnerError
+            assert here.value.reason is there.value.reason is reason
+            if reason is Reason.NONZERO_EXIT:  # (at a kill, whether it exited first is a race)
+                assert there.value.exit_status == here.value.exit_status == 1
+            assert there.value.usage is not None
+            assert not isinstance(there.value.__cause__, ray.exceptions.RayError)
+        ok = await p.run("result = 21 * 2")
+        assert ok.response == 42
+
+
+async def test_a_lost_node_fails_its_calls_and_the_rest_finish(nodes: Nodes) -> None:
+    lost_root = nodes.worker_root()
+    outcomes: list[str] = []
+    async with pool(nodes, in_flight_per_node=4, size_per_node=4,
+                    _node_options=nodes.options_for_worker()) as p:
+        worker_pid = p.nodes[nodes.worker_id].pid
+
+        errors: list[RunnerError] = []
+
+        async def one() -> None:
+            try:
+                r = await p.exec(["sleep", "4"])
+                outcomes.append(f"ok {r.response.exit_code}")
+            except RunnerError as e:
+                errors.append(e)
+                after = time.monotonic() - killed
+                outcomes.append(f"lost {type(e.__cause__).__name__} {after:.1f}")
+
+        killed = 0.0
+        async with trio.open_nursery() as n:
+            for _ in range(8):
+                n.start_soon(one)
+            await wait_until(lambda: len(sleeping(lost_root)) == 4, 20, "4 runs on the worker")
+            raylet = raylet_pid(nodes.worker)
+            doomed = [raylet, *children_of(raylet)]
+            assert worker_pid in doomed
+            killed = time.monotonic()
+            for pid in doomed:
+                os.kill(pid, signal.SIGKILL)
+        print("outcomes:", sorted(outcomes))  # the Ray error, seconds after the kill
+        assert sorted(o.split()[0] for o in outcomes) == ["lost"] * 4 + ["ok"] * 4
+        assert all(o == "ok 0" for o in outcomes if o.startswith("ok"))
+        for e in errors:
+            assert e.reason is Reason.NODE_LOST
+            assert nodes.worker_id in e.detail
+            assert "may or may not have executed" in e.detail
+        # The lost node's jails, jail dirs and cgroups: gone (its watchdog).
+        await wait_until(lambda: not jailed_under(str(lost_root)) and not leftovers(lost_root),
+                         10, lambda: f"{jailed_under(str(lost_root))} {leftovers(lost_root)}")
+        assert not [c for c in trunner_cgroups() if c.startswith(f"{worker_pid}-")]
+        r = await p.exec(["echo", "still here"])  # the other node serves on
+        assert r.response.stdout == b"still here\n"
+    nodes.replace_worker()
+
+
+async def test_a_killed_actor_fails_its_calls_then_the_pool_serves(nodes: Nodes) -> None:
+    async with pool(nodes, in_flight_per_node=2) as p:
+        victim = p.nodes[nodes.worker_id].pid
+        lost: list[RunnerError] = []
+
+        async def one() -> None:
+            try:
+                await p.exec(["sleep", "4"])
+            except RunnerError as e:
+                lost.append(e)
+
+        async with trio.open_nursery() as n:
+            for _ in range(4):
+                n.start_soon(one)
+            await wait_until(lambda: len(sleeping(nodes.jail_root)) == 4, 20, "4 runs")
+            os.kill(victim, signal.SIGKILL)
+        assert len(lost) == 2
+        assert all(e.reason is Reason.NODE_LOST for e in lost), lost
+        for i in range(6):
+            r = await p.exec(["echo", str(i)])
+            assert r.response.stdout == f"{i}\n".encode()
+        # The restarted actor serves again once a ping has answered.
+        await wait_until(lambda: p.nodes[nodes.worker_id].state == "live", 30,
+                         "the restarted actor")
+        assert p.nodes[nodes.worker_id].pid != victim
+
+
+async def test_a_cancelled_call_leaves_no_jailed_process(nodes: Nodes) -> None:
+    async with pool(nodes) as p:
+        with trio.move_on_after(2) as scope:
+            await p.exec(["sleep", "30"])
+        assert scope.cancelled_caught
+        started = time.monotonic()
+        # Back from the cancel: the jail is gone already, no waiting.
+        assert sleeping(nodes.jail_root) == []
+        assert time.monotonic() - started < 1
+        r = await p.exec(["echo", "on"])
+        assert r.response.stdout == b"on\n"
+
+
+async def test_in_flight_bound_per_node(nodes: Nodes) -> None:
+    async with pool(nodes, in_flight_per_node=2) as p:
+        results = []
+
+        async def one(i: int) -> None:
+            r = await p.exec(["sh", "-c", f"sleep 0.3; echo {i}"])
+            results.append(int(r.response.stdout))
+            assert all(node.in_flight <= 2 for node in p.nodes.values())
+
+        async with trio.open_nursery() as n:
+            for i in range(20):
+                n.start_soon(one, i)
+        stats = await p.node_stats()
+    assert sorted(results) == list(range(20))
+    assert {s.peak_in_flight for s in stats.values()} <= {1, 2}
+    assert sum(s.served for s in stats.values()) == 20
+
+
+async def test_close_and_kill_leave_nothing(nodes: Nodes) -> None:
+    cgroups = trunner_cgroups()
+    async with pool(nodes, size_per_node=3) as p:
+        await p.exec(["true"])
+        assert leftovers(nodes.jail_root)  # the prewarmed workers' jail dirs
+    assert leftovers(nodes.jail_root) == []
+    assert jailed_under(str(nodes.jail_root)) == []
+    assert trunner_cgroups() == cgroups
+
+    async with pool(nodes, size_per_node=3) as p:
+        await p.exec(["true"])
+        dead = p.nodes[nodes.head_id]
+        ray.kill(dead.actor, no_restart=True)  # its idle workers, dirs, cgroups: orphaned
+        await wait_until(lambda: not os.path.exists(f"/proc/{dead.pid}"), 30, "the actor's end")
+    async with pool(nodes, size_per_node=1) as p:  # a new actor sweeps what is left
+        await p.exec(["true"])
+        assert not [c for c in trunner_cgroups() if c.startswith(f"{dead.pid}-")]
+        assert not [d for d in leftovers(nodes.jail_root) if f"-{dead.pid}-" in d]
+        assert jailed_under(str(nodes.jail_root)) != []  # (its own, prewarmed)
+
+
+@pytest.mark.parametrize("other", ["limits", "profile"])
+async def test_nodes_with_other_rules_are_refused(nodes: Nodes, other: str) -> None:
+    override: dict[str, Any] = ({"limits": LIMITS.replace(wall_time_s=21.0)} if other == "limits"
+                                else {"provider": {"ports": [8080]}})
+    with pytest.raises(RunnerError) as e:
+        async with pool(nodes, _node_options=nodes.options_for_worker(**override)):
+            pytest.fail("started")
+    assert e.value.reason is Reason.SANDBOX_SETUP
+    assert "rules versions differ" in e.value.detail
+    async with pool(nodes) as p:  # nothing held the nodes' resource
+        assert len(p.nodes) == 2
+
+
+async def test_retry_is_refused_with_the_provider_profile(nodes: Nodes) -> None:
+    with pytest.raises(ValueError, match="provider"):
+        pool(nodes, retry_node_lost=1, provider={"ports": [8080]})
+
+
+async def test_asyncio_pool(nodes: Nodes) -> None:
+    async def main() -> list[bytes]:
+        async with AsyncioPool("exec", limits=LIMITS, size_per_node=2,
+                               temp_root=str(nodes.jail_root)) as p:
+            outs = await asyncio.gather(*(p.exec(["echo", str(i)]) for i in range(20)))
+            task = asyncio.ensure_future(p.exec(["sleep", "30"]))
+            await asyncio.sleep(1.5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert jailed_under(str(nodes.jail_root)) != []  # idle workers only
+            with pytest.raises(RunnerError) as e:
+                await p.exec([])
+            assert e.value.reason is Reason.BAD_REQUEST
+            return [r.response.stdout for r in outs]
+
+    outs = await trio.to_thread.run_sync(asyncio.run, main())
+    assert outs == [f"{i}\n".encode() for i in range(20)]

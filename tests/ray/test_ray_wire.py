@@ -1,0 +1,56 @@
+"""trunner.ray.wire: what crosses between driver and node, with no cluster."""
+
+from __future__ import annotations
+
+import pickle
+
+import msgspec
+import pytest
+
+from trunner import Reason, RunnerError, Usage
+from trunner.protocol import ExecFile, ExecResult
+from trunner.ray import wire
+
+USAGE = Usage(wall_s=1.5, cpu_user_s=0.25, cpu_sys_s=0.125, peak_memory_bytes=4096)
+
+
+def test_a_failure_comes_back_field_for_field() -> None:
+    e = RunnerError(Reason.NONZERO_EXIT, "exit 3", exit_status=3, signal=None, usage=USAGE)
+    reply = wire.decode_reply(wire.encode(wire.failure_of(e)))
+    assert isinstance(reply, wire.Failure)
+    back = wire.error_of(reply)
+    assert type(back) is RunnerError
+    assert (back.reason, back.detail, back.exit_status, back.signal, back.usage) == \
+        (Reason.NONZERO_EXIT, "exit 3", 3, None, USAGE)
+    assert pickle.loads(pickle.dumps(back)).usage == USAGE
+
+
+def test_an_unknown_reason_is_an_internal_error() -> None:
+    back = wire.error_of(wire.Failure(reason="from_a_newer_node", detail="x"))
+    assert back.reason is Reason.INTERNAL_ERROR
+    assert "from_a_newer_node" in back.detail
+
+
+def test_a_call_and_a_success_round_trip() -> None:
+    call = wire.Call(id="a-1", argv=["cat"], stdin=b"\0x", files={"f": ExecFile(data=b"1")},
+                     collect=["*.txt"], env={"K": "V"})
+    assert wire.decode_call(wire.encode(call)) == call
+    result = ExecResult(exit_code=0, signal=None, stdout=b"out", stderr=b"")
+    success = wire.Success(response=msgspec.Raw(wire.encode(result)), rules_version="v",
+                           usage=USAGE)
+    reply = wire.decode_reply(wire.encode(success))
+    assert isinstance(reply, wire.Success)
+    assert wire.response_of(reply, ExecResult) == result
+
+
+def test_a_response_of_the_wrong_type_is_bad_frame() -> None:
+    success = wire.Success(response=wire.raw({"a": 1}), rules_version="v")
+    with pytest.raises(RunnerError) as e:
+        wire.response_of(success, int)
+    assert e.value.reason is Reason.BAD_FRAME
+
+
+def test_an_unencodable_request_is_bad_request() -> None:
+    with pytest.raises(RunnerError) as e:
+        wire.raw(object())
+    assert e.value.reason is Reason.BAD_REQUEST
