@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import ray
 import trio
-from raysupport import children_of, leftovers, raylet_pid, trunner_cgroups
+from raysupport import NODE_ARGS, children_of, leftovers, raylet_pid, trunner_cgroups
 
 from support import jailed_under, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
@@ -161,6 +161,7 @@ async def test_a_killed_actor_fails_its_calls_then_the_pool_serves(nodes: Nodes)
                 n.start_soon(one)
             await wait_until(lambda: len(sleeping(nodes.jail_root)) == 4, 20, "4 runs")
             os.kill(victim, signal.SIGKILL)
+        print("actor killed:", sorted(type(e.__cause__).__name__ for e in lost))
         assert len(lost) == 2
         assert all(e.reason is Reason.NODE_LOST for e in lost), lost
         for i in range(6):
@@ -170,6 +171,48 @@ async def test_a_killed_actor_fails_its_calls_then_the_pool_serves(nodes: Nodes)
         await wait_until(lambda: p.nodes[nodes.worker_id].state == "live", 30,
                          "the restarted actor")
         assert p.nodes[nodes.worker_id].pid != victim
+
+
+async def test_retry_sends_a_lost_call_to_the_other_node(nodes: Nodes) -> None:
+    async with pool(nodes, in_flight_per_node=2, retry_node_lost=1) as p:
+        victim = p.nodes[nodes.worker_id].pid
+        outs: list[bytes] = []
+
+        async def one(i: int) -> None:
+            r = await p.exec(["sh", "-c", f"sleep 3; echo {i}"])
+            outs.append(r.response.stdout)
+
+        async with trio.open_nursery() as n:
+            for i in range(4):
+                n.start_soon(one, i)
+            await wait_until(lambda: len(sleeping(nodes.jail_root)) == 4, 20, "4 runs")
+            os.kill(victim, signal.SIGKILL)
+        assert sorted(outs) == [f"{i}\n".encode() for i in range(4)]
+        stats = await p.node_stats()
+        assert stats[nodes.head_id].served == 4  # its 2, then the lost node's 2 again
+
+
+async def test_a_new_node_is_picked_up(nodes: Nodes) -> None:
+    extra = None
+    try:
+        async with pool(nodes) as p:
+            assert len(p.nodes) == 2
+            extra = nodes.cluster.add_node(**NODE_ARGS)
+            new_id = extra.node_id
+            await wait_until(lambda: new_id in p.nodes, 30, "the new node in the pool")
+            assert p.nodes[new_id].state == "live"
+
+            async def one(i: int) -> None:
+                r = await p.exec(["sh", "-c", f"sleep 0.3; echo {i}"])
+                assert r.response.stdout == f"{i}\n".encode()
+
+            async with trio.open_nursery() as n:
+                for i in range(24):
+                    n.start_soon(one, i)
+            assert (await p.node_stats())[new_id].served > 0
+    finally:
+        if extra is not None:
+            nodes.cluster.remove_node(extra)
 
 
 async def test_a_cancelled_call_leaves_no_jailed_process(nodes: Nodes) -> None:
