@@ -54,6 +54,9 @@ async def test_200_requests_over_two_nodes_one_rules_version(nodes: Nodes) -> No
     answers: dict[int, bytes] = {}
     async with pool(nodes) as p:
         assert set(p.nodes) == {nodes.head_id, nodes.worker_id}
+        # Each node's actor holds its `trunner` resource and reserves its CPU.
+        free = ray.available_resources()
+        assert free.get("trunner", 0) == 0 and free.get("CPU", 0) == 0, free
 
         async def one(i: int) -> None:
             token = f"request {i} {os.urandom(8).hex()}".encode()
