@@ -56,7 +56,8 @@ async def test_200_requests_over_two_nodes_one_rules_version(nodes: Nodes) -> No
         assert set(p.nodes) == {nodes.head_id, nodes.worker_id}
         # Each node's actor holds its `trunner` resource and reserves its CPU.
         free = ray.available_resources()
-        assert free.get("trunner", 0) == 0 and free.get("CPU", 0) == 0, free
+        assert free.get("trunner", 0) == 0, free
+        assert free.get("CPU", 0) == 0, free
 
         async def one(i: int) -> None:
             token = f"request {i} {os.urandom(8).hex()}".encode()
@@ -306,3 +307,17 @@ async def test_asyncio_pool(nodes: Nodes) -> None:
 
     outs = await trio.to_thread.run_sync(asyncio.run, main())
     assert outs == [f"{i}\n".encode() for i in range(20)]
+
+
+def test_the_benchmark_runs() -> None:
+    """benchmarks/ray_pool.py --smoke: its own cluster, every figure there."""
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(TESTS_DIR), "benchmarks", "ray_pool.py")
+    out = subprocess.run([sys.executable, script, "--smoke"], capture_output=True, text=True,
+                         timeout=180, check=True).stdout
+    for variant in ("local", "ray-1", "ray-2"):
+        assert any(line.split()[:1] == [variant] for line in out.splitlines()), out
+    assert "Ray adds" in out
+
