@@ -8,6 +8,7 @@
   trio or typing when it is imported (a user mode's lazy msgspec is the one
   exception: inside a function).
 - No import circles among trunner's modules.
+- Only `trunner.ray` imports Ray (the `ray` extra), and nothing imports it.
 """
 
 from __future__ import annotations
@@ -110,6 +111,20 @@ def test_the_child_side_imports_nothing_heavy(where: str) -> None:
         if names:
             offenders[path.name] = names
     assert offenders == {}
+
+
+def test_only_trunner_ray_imports_ray() -> None:
+    # The `ray` extra: `import trunner` (and all the rest) never pays for Ray.
+    offenders = {}
+    for name, path in MODULES.items():
+        if name == "trunner.ray" or name.startswith("trunner.ray."):
+            continue
+        names = [n for n in _imports(path) if n.split(".")[0] == "ray" or
+                 n == "trunner.ray" or n.startswith("trunner.ray.")]
+        if names:
+            offenders[name] = names
+    assert offenders == {}
+    assert any(n.split(".")[0] == "ray" for n in _imports(PACKAGE / "ray" / "actor.py"))
 
 
 def test_no_import_circles() -> None:
