@@ -85,6 +85,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 async def test_limits_come_back_as_the_local_runner_error(nodes: Nodes) -> None:
     limits = Limits(wall_time_s=1.5, cpu_time_s=0.5, stdout_max_bytes=4096)
     local = Runner(limits=limits, import_paths=[TESTS_DIR], temp_root=str(nodes.jail_root))
@@ -104,6 +105,7 @@ async def test_limits_come_back_as_the_local_runner_error(nodes: Nodes) -> None:
         assert ok.response == 42
 
 
+@pytest.mark.slow
 async def test_a_lost_node_fails_its_calls_and_the_rest_finish(nodes: Nodes) -> None:
     lost_root = nodes.worker_root()
     outcomes: list[str] = []
@@ -149,6 +151,7 @@ async def test_a_lost_node_fails_its_calls_and_the_rest_finish(nodes: Nodes) -> 
     nodes.replace_worker()
 
 
+@pytest.mark.slow
 async def test_a_killed_actor_fails_its_calls_then_the_pool_serves(nodes: Nodes) -> None:
     async with pool(nodes, in_flight_per_node=2) as p:
         victim = p.nodes[nodes.worker_id].pid
@@ -177,6 +180,7 @@ async def test_a_killed_actor_fails_its_calls_then_the_pool_serves(nodes: Nodes)
         assert p.nodes[nodes.worker_id].pid != victim
 
 
+@pytest.mark.slow
 async def test_retry_sends_a_lost_call_to_the_other_node(nodes: Nodes) -> None:
     async with pool(nodes, in_flight_per_node=2, retry_node_lost=1) as p:
         victim = p.nodes[nodes.worker_id].pid
