@@ -102,7 +102,8 @@ def children_of(pid: int) -> list[int]:
 
 
 def trunner_cgroups() -> set[str]:
-    """Every trunner run cgroup on the host (any owner's)."""
+    """The trunner run cgroups on the host of this test and its cluster, and
+    of dead owners."""
     from trunner.linux import cgroup
     from trunner.linux.probe import probe_host
 
@@ -110,7 +111,12 @@ def trunner_cgroups() -> set[str]:
     if limit is None or limit.kind != "pids_cgroup":
         return set()
     base = Path(limit.cgroup_base, cgroup.DIR_NAME)
-    return {p.name for p in base.iterdir() if p.is_dir()} if base.is_dir() else set()
+    names = {p.name for p in base.iterdir() if p.is_dir()} if base.is_dir() else set()
+    # Not another test suite's, running beside this one: a cgroup whose owner
+    # lives and is neither this process nor one of this cluster's.
+    ours = {os.getpid(), *_carrying(os.environ.get("RAY_TMPDIR", ""))}
+    return {n for n in names
+            if int(n.split("-", 1)[0]) in ours or not os.path.exists(f"/proc/{n.split('-')[0]}")}
 
 
 def leftovers(root: Path) -> list[str]:
@@ -122,6 +128,8 @@ def leftovers(root: Path) -> list[str]:
 
 def _carrying(tmpdir: str) -> list[int]:
     """Our uid's processes whose environment names `tmpdir` as RAY_TMPDIR."""
+    if not tmpdir:
+        return []
     needle = f"RAY_TMPDIR={tmpdir}".encode()
     out = []
     for name in os.listdir("/proc"):

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import ray.exceptions as rex
 
-from trunner import workdir
 from trunner.errors import Reason
 from trunner.protocol import ExecResult
 from trunner.ray import router, wire
@@ -73,22 +72,14 @@ class AsyncioPool:
     async def run(
         self, request: object = None, *, response_type: Any = Any  # noqa: ANN401  a msgspec type form
     ) -> Result[Any]:
-        if self._router.spec.mode == "exec":
-            raise RuntimeError("an exec pool serves `pool.exec(argv, ...)`, not `pool.run`")
-        return await self._call(wire.Call(id=self._router.call_id(), request=wire.raw(request)),
-                                response_type)
+        return await self._call(self._router.run_call(request), response_type)
 
     async def exec(
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
     ) -> Result[ExecResult]:
-        if self._router.spec.mode != "exec":
-            raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
-        request, _ = workdir.exec_request(argv, stdin, files, collect, self._router.spec.limits,
-                                          env)
-        call = wire.Call(id=self._router.call_id(), argv=request.argv, stdin=request.stdin,
-                         files=request.files, collect=request.collect, env=request.env)
+        call = self._router.exec_call(argv, stdin, files, collect, env)
         result: Result[ExecResult] = await self._call(call, ExecResult)
         return result
 

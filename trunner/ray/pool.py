@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import ray.exceptions as rex
 import trio
 
-from trunner import workdir
 from trunner.errors import Reason, RunnerError
 from trunner.protocol import ExecResult
 from trunner.ray import router, wire
@@ -138,10 +137,7 @@ class ClusterPool:
         self, request: object = None, *, response_type: Any = Any  # noqa: ANN401  a msgspec type form
     ) -> Result[Any]:
         """`Runner.run` of the pool's mode on some node: the same verdict."""
-        if self._router.spec.mode == "exec":
-            raise RuntimeError("an exec pool serves `pool.exec(argv, ...)`, not `pool.run`")
-        call = wire.Call(id=self._router.call_id(), request=wire.raw(request))
-        return await self._call(call, response_type)
+        return await self._call(self._router.run_call(request), response_type)
 
     async def exec(
         self, argv: Sequence[str], *, stdin: bytes = b"",
@@ -150,12 +146,7 @@ class ClusterPool:
     ) -> Result[ExecResult]:
         """`Runner.exec` on some node: the same checks (here, before any
         node is asked), caps and verdict."""
-        if self._router.spec.mode != "exec":
-            raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
-        request, _ = workdir.exec_request(argv, stdin, files, collect, self._router.spec.limits,
-                                          env)
-        call = wire.Call(id=self._router.call_id(), argv=request.argv, stdin=request.stdin,
-                         files=request.files, collect=request.collect, env=request.env)
+        call = self._router.exec_call(argv, stdin, files, collect, env)
         result: Result[ExecResult] = await self._call(call, ExecResult)
         return result
 

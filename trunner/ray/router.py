@@ -20,6 +20,7 @@ import ray
 import ray.exceptions as rex
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from trunner import workdir
 from trunner.errors import Reason, RunnerError
 from trunner.invocation import Result
 from trunner.limits import Limits
@@ -27,7 +28,9 @@ from trunner.ray import wire
 from trunner.ray.actor import NodeActor
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
+
+    from trunner.protocol import ExecFile
 
 #: How long a node's actor may take to be placed and warm its pool.
 START_BOUND_S = 120.0
@@ -83,6 +86,27 @@ class Router:
     def call_id(self) -> str:
         self._count += 1
         return f"{self._prefix}-{self._count}"
+
+    def run_call(self, request: object) -> wire.Call:
+        """A `run()` call of the pool's mode."""
+        if self.spec.mode == "exec":
+            raise RuntimeError("an exec pool serves `pool.exec(argv, ...)`, not `pool.run`")
+        return wire.Call(id=self.call_id(), request=wire.raw(request))
+
+    def exec_call(self, argv: Sequence[str], stdin: bytes,
+                  files: Mapping[str, bytes | ExecFile] | None, collect: Sequence[str],
+                  env: Mapping[str, str] | None) -> wire.Call:
+        """An `exec` call, checked here as `Runner.exec` checks it, before
+        any node is asked.
+
+        Raises:
+            RunnerError: `bad_request`.
+        """
+        if self.spec.mode != "exec":
+            raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
+        request, _ = workdir.exec_request(argv, stdin, files, collect, self.spec.limits, env)
+        return wire.Call(id=self.call_id(), argv=request.argv, stdin=request.stdin,
+                         files=request.files, collect=request.collect, env=request.env)
 
     def pick(self, exclude: frozenset[str] = frozenset()) -> Node | None:
         """The live node with the fewest calls in flight, under the bound."""
