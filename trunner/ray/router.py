@@ -276,6 +276,8 @@ def start_all(spec: Spec) -> tuple[list[Node], str]:
         RunnerError: `sandbox_setup` for no node or nodes whose rules
             differ; a node's own reason when its pool did not start.
     """
+    if not ray.is_initialized():
+        ray.init()  # as Ray's own first `.remote()` does: RAY_ADDRESS, or a local instance
     ids = candidates(spec.resource)
     if not ids:
         raise RunnerError(Reason.SANDBOX_SETUP,
