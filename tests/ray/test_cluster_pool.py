@@ -307,6 +307,9 @@ async def test_asyncio_pool(nodes: Nodes) -> None:
             with pytest.raises(RunnerError) as e:
                 await p.exec([])
             assert e.value.reason is Reason.BAD_REQUEST
+            stats = await p.node_stats()
+            # The 20, and the cancelled one; the bad request never left the driver.
+            assert sum(s.served for s in stats.values()) == 21
             return [r.response.stdout for r in outs]
 
     outs = await trio.to_thread.run_sync(asyncio.run, main())

@@ -49,6 +49,20 @@ class AsyncioPool:
     def nodes(self) -> dict[str, router.Node]:
         return dict(self._router.nodes)
 
+    @property
+    def refused(self) -> dict[str, str]:
+        return dict(self._router.refused)
+
+    async def node_stats(self) -> dict[str, wire.Stats]:
+        """Each live node's own figures, as `ClusterPool.node_stats`."""
+        out = {}
+        for node in list(self._router.nodes.values()):
+            if node.state == "live":
+                with contextlib.suppress(TimeoutError):
+                    data = await asyncio.wait_for(node.actor.stats.remote(), router.PING_BOUND_S)
+                    out[node.id] = wire.decode_stats(data)
+        return out
+
     async def __aenter__(self) -> AsyncioPool:
         nodes, version = await asyncio.to_thread(router.start_all, self._router.spec)
         self._router.rules_version = version
