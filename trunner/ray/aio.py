@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import ray.exceptions as rex
 
-from trunner.errors import Reason
 from trunner.protocol import ExecResult
 from trunner.ray import router, wire
 
@@ -35,7 +34,6 @@ class AsyncioPool:
         self._router = router.Router(router.spec_of(
             mode, limits, size_per_node, in_flight_per_node, resource, cpus_per_node,
             retry_node_lost, runner_options))
-        self._retries = retry_node_lost
         self._changed = asyncio.Event()
         self._open = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -107,11 +105,8 @@ class AsyncioPool:
             try:
                 data = await self._ask(node, call.id, payload)
             except rex.RayError as e:
-                error = self._router.failed(node, e)
-                if error.reason is Reason.NODE_LOST and len(tried) < self._retries:
-                    tried |= {node.id}
-                    continue
-                raise error from e
+                tried = self._router.retry_or_raise(node, e, tried)
+                continue
             finally:
                 self._router.release(node)
                 self._notify()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import ray.exceptions as rex
 import trio
 
-from trunner.errors import Reason, RunnerError
+from trunner.errors import RunnerError
 from trunner.protocol import ExecResult
 from trunner.ray import router, wire
 
@@ -59,16 +59,14 @@ def cluster_pool(
             did not start.
     """
     return ClusterPool(router.spec_of(mode, limits, size_per_node, in_flight_per_node, resource,
-                                      cpus_per_node, retry_node_lost, runner_options),
-                       retry_node_lost)
+                                      cpus_per_node, retry_node_lost, runner_options))
 
 
 class ClusterPool:
     """Use as `async with cluster_pool(...) as pool:`; see `cluster_pool`."""
 
-    def __init__(self, spec: router.Spec, retry_node_lost: int) -> None:
+    def __init__(self, spec: router.Spec) -> None:
         self._router = router.Router(spec)
-        self._retries = retry_node_lost
         self._changed = trio.Event()
         self._open = False
         self._pinging: set[str] = set()
@@ -160,11 +158,8 @@ class ClusterPool:
             try:
                 data = await self._ask(node, call.id, payload)
             except rex.RayError as e:
-                error = self._router.failed(node, e)
-                if error.reason is Reason.NODE_LOST and len(tried) < self._retries:
-                    tried |= {node.id}
-                    continue
-                raise error from e
+                tried = self._router.retry_or_raise(node, e, tried)
+                continue
             finally:
                 self._router.release(node)
                 self._notify()

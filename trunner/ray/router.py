@@ -59,6 +59,8 @@ class Spec:
     resource: str
     cpus_per_node: float
     options: dict[str, Any]
+    #: How many other nodes a call whose node was lost may go to.
+    retry_node_lost: int = 0
     #: Test-only: per-node overrides of `options` (and "limits"), by node id.
     node_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
@@ -144,6 +146,15 @@ class Router:
         error.__cause__ = e
         return error
 
+    def retry_or_raise(self, node: Node, e: BaseException, tried: frozenset[str]
+                       ) -> frozenset[str]:
+        """After Ray error `e` on a call to `node`: the nodes tried so far,
+        if the call goes to another (`retry_node_lost`); else its `RunnerError`."""
+        error = self.failed(node, e)
+        if error.reason is Reason.NODE_LOST and len(tried) < self.spec.retry_node_lost:
+            return tried | {node.id}
+        raise error from e
+
     def answered(self, node: Node, hello: wire.Hello) -> None:
         """A suspect node's ping came back: live again if its rules are the pool's."""
         node.pid = hello.pid
@@ -218,7 +229,7 @@ def spec_of(mode: str, limits: Limits | None, size_per_node: int, in_flight_per_
     if "limits" in options or "backend" in options:
         raise ValueError("pass limits as cluster_pool(limits=...); a backend cannot cross nodes")
     return Spec(mode, limits, size_per_node, in_flight_per_node, resource, cpus_per_node,
-                options, node_options)
+                options, retry_node_lost, node_options)
 
 
 def _why(hello: wire.Hello, rules_version: str) -> str:
