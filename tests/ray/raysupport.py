@@ -34,10 +34,10 @@ os.environ.update(ENV)
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from support import jailed_under  # noqa: E402
+from support import jailed_under, wait_until  # noqa: E402
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import AsyncIterator, Iterator
 
 NODE_ARGS: dict[str, Any] = {
     "num_cpus": 1,
@@ -84,21 +84,6 @@ class Nodes:
 def raylet_pid(node: Any) -> int:
     pid: int = node.all_processes["raylet"][0].process.pid
     return pid
-
-
-def children_of(pid: int) -> list[int]:
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(name))
-    return out
 
 
 def trunner_cgroups() -> set[str]:
@@ -172,16 +157,17 @@ def nodes() -> Iterator[Nodes]:
 
 
 @pytest.fixture(autouse=True)
-def no_leaks(nodes: Nodes) -> Iterator[None]:
+async def no_leaks(nodes: Nodes) -> AsyncIterator[None]:
     """Every test leaves no jailed process, jail dir or cgroup behind (the
     suite-wide check counts our child processes: here Ray's are ours)."""
     cgroups = trunner_cgroups()
     yield
-    deadline = time.monotonic() + 10  # a lost node's watchdog may still be at work
-    while time.monotonic() < deadline and (jailed_under(str(nodes.jail_root))
-                                           or leftovers(nodes.jail_root)
-                                           or trunner_cgroups() - cgroups):
-        time.sleep(0.1)
-    assert jailed_under(str(nodes.jail_root)) == [], "a jailed process outlived the test"
-    assert leftovers(nodes.jail_root) == [], "a jail dir was left behind"
-    assert trunner_cgroups() - cgroups == set(), "a cgroup was left behind"
+
+    def left() -> str:
+        return (f"jailed {jailed_under(str(nodes.jail_root))}, dirs {leftovers(nodes.jail_root)},"
+                f" cgroups {sorted(trunner_cgroups() - cgroups)}")
+
+    # A lost node's watchdog may still be at work.
+    await wait_until(lambda: not jailed_under(str(nodes.jail_root))
+                     and not leftovers(nodes.jail_root) and trunner_cgroups() <= cgroups,
+                     10, lambda: "something was left behind: " + left())

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import ray
 import trio
-from raysupport import NODE_ARGS, children_of, leftovers, raylet_pid, trunner_cgroups
+from raysupport import NODE_ARGS, leftovers, raylet_pid, trunner_cgroups
 
-from support import jailed_under, wait_until
+from support import host_children, jailed_under, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.ray import AsyncioPool, cluster_pool
 
@@ -130,7 +130,7 @@ async def test_a_lost_node_fails_its_calls_and_the_rest_finish(nodes: Nodes) -> 
                 n.start_soon(one)
             await wait_until(lambda: len(sleeping(lost_root)) == 4, 20, "4 runs on the worker")
             raylet = raylet_pid(nodes.worker)
-            doomed = [raylet, *children_of(raylet)]
+            doomed = [raylet, *host_children(raylet)]
             assert worker_pid in doomed
             killed = time.monotonic()
             for pid in doomed:
@@ -316,15 +316,15 @@ async def test_asyncio_pool(nodes: Nodes) -> None:
     assert outs == [f"{i}\n".encode() for i in range(20)]
 
 
-def test_the_benchmark_runs() -> None:
+async def test_the_benchmark_runs() -> None:
     """benchmarks/ray_pool.py --smoke: its own cluster, every figure there."""
-    import subprocess
     import sys
 
     script = os.path.join(os.path.dirname(TESTS_DIR), "benchmarks", "ray_pool.py")
-    out = subprocess.run([sys.executable, script, "--smoke"], capture_output=True, text=True,
-                         timeout=180, check=True).stdout
+    with trio.fail_after(180):
+        done = await trio.run_process([sys.executable, script, "--smoke"], capture_stdout=True,
+                                      capture_stderr=True)
+    out = done.stdout.decode()
     for variant in ("local", "ray-1", "ray-2"):
         assert any(line.split()[:1] == [variant] for line in out.splitlines()), out
     assert "Ray adds" in out
-

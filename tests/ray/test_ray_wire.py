@@ -1,4 +1,5 @@
-"""trunner.ray.wire: what crosses between driver and node, with no cluster."""
+"""trunner.ray.wire: what crosses between driver and node (async only for
+the autouse leak check of tests/ray)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from trunner.ray import wire
 USAGE = Usage(wall_s=1.5, cpu_user_s=0.25, cpu_sys_s=0.125, peak_memory_bytes=4096)
 
 
-def test_a_failure_comes_back_field_for_field() -> None:
+async def test_a_failure_comes_back_field_for_field() -> None:
     e = RunnerError(Reason.NONZERO_EXIT, "exit 3", exit_status=3, signal=None, usage=USAGE)
     reply = wire.decode_reply(wire.encode(wire.failure_of(e)))
     assert isinstance(reply, wire.Failure)
@@ -25,13 +26,13 @@ def test_a_failure_comes_back_field_for_field() -> None:
     assert pickle.loads(pickle.dumps(back)).usage == USAGE
 
 
-def test_an_unknown_reason_is_an_internal_error() -> None:
+async def test_an_unknown_reason_is_an_internal_error() -> None:
     back = wire.error_of(wire.Failure(reason="from_a_newer_node", detail="x"))
     assert back.reason is Reason.INTERNAL_ERROR
     assert "from_a_newer_node" in back.detail
 
 
-def test_a_call_and_a_success_round_trip() -> None:
+async def test_a_call_and_a_success_round_trip() -> None:
     call = wire.Call(id="a-1", argv=["cat"], stdin=b"\0x", files={"f": ExecFile(data=b"1")},
                      collect=["*.txt"], env={"K": "V"})
     assert wire.decode_call(wire.encode(call)) == call
@@ -43,14 +44,14 @@ def test_a_call_and_a_success_round_trip() -> None:
     assert wire.response_of(reply, ExecResult) == result
 
 
-def test_a_response_of_the_wrong_type_is_bad_frame() -> None:
+async def test_a_response_of_the_wrong_type_is_bad_frame() -> None:
     success = wire.Success(response=wire.raw({"a": 1}), rules_version="v")
     with pytest.raises(RunnerError) as e:
         wire.response_of(success, int)
     assert e.value.reason is Reason.BAD_FRAME
 
 
-def test_an_unencodable_request_is_bad_request() -> None:
+async def test_an_unencodable_request_is_bad_request() -> None:
     with pytest.raises(RunnerError) as e:
         wire.raw(object())
     assert e.value.reason is Reason.BAD_REQUEST
