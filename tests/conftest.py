@@ -22,6 +22,23 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 collect_ignore = [] if os.environ.get("TRUNNER_TEST_RAY") == "1" else ["ray"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quiet-host", action="store_true",
+        help="run only the tests marked quiet_host (host-wide figures: run them alone, serially,"
+             " on a host nothing else loads); without it they are deselected")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A `quiet_host` test asserts a host-wide figure that any other process
+    moves: it runs in its own pass (`--quiet-host`), never in the default lane."""
+    quiet = config.getoption("--quiet-host")
+    keep = [item for item in items if bool(item.get_closest_marker("quiet_host")) == quiet]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+
+
 def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 

@@ -174,12 +174,25 @@ def sha256(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+#: Test-only knob: every time bound a test asserts or waits for is multiplied by
+#: it (`scaled`), so a slow host (a guest kernel under emulation) runs the same
+#: tests: TRUNNER_TEST_TIME_SCALE=5. Limits given to trunner are not scaled.
+TIME_SCALE_VAR = "TRUNNER_TEST_TIME_SCALE"
+TIME_SCALE = float(os.environ.get(TIME_SCALE_VAR) or 1)
+
+
+def scaled(seconds: float) -> float:
+    """A test's time bound of `seconds` on this host (`TIME_SCALE`)."""
+    return seconds * TIME_SCALE
+
+
 async def wait_until(
     pred: Callable[[], T | None], timeout_s: float, what: str | Callable[[], str]
 ) -> T:
     """Poll `pred()` every 5 ms until it returns something true, and return
-    that. After `timeout_s` seconds fail naming `what` (a callable is called
-    then, to say what is still there)."""
+    that. After `timeout_s` seconds (`scaled`) fail naming `what` (a
+    callable is called then, to say what is still there)."""
+    timeout_s = scaled(timeout_s)
     with trio.move_on_after(timeout_s):
         while not (value := pred()):  # noqa: ASYNC110  a plain predicate: nothing to await
             await trio.sleep(0.005)
