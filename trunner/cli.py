@@ -135,32 +135,42 @@ def _print(obj: object) -> None:
 class _Parser(argparse.ArgumentParser):
     """argparse, exiting `usage_exit` on an error (125 under `exec --exit-code`)."""
 
-    usage_exit = EXIT_USAGE
+    def __init__(self, *args: Any, usage_exit: int = EXIT_USAGE, **kwargs: Any) -> None:  # noqa: ANN401
+        super().__init__(*args, **kwargs)
+        self.usage_exit = usage_exit
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(self.usage_exit, f"{self.prog}: error: {message}\n")
 
 
-def _wants_exit_code(argv: list[str]) -> bool:
+def _usage_exit(argv: list[str]) -> int:
+    """The exit code of a usage error: 125 under `exec --exit-code`, else 2."""
     head = argv[: argv.index("--")] if "--" in argv else argv
-    return bool(head) and head[0] == "exec" and "--exit-code" in head
+    own_exit = bool(head) and head[0] == "exec" and "--exit-code" in head
+    return EXIT_OWN_FAILURE if own_exit else EXIT_USAGE
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    own_exit = _wants_exit_code(argv)
-    _Parser.usage_exit = EXIT_OWN_FAILURE if own_exit else EXIT_USAGE
-    parser = _Parser(prog="trunner", description=__doc__,
+def parse(argv: list[str]) -> argparse.Namespace:
+    """What `argv` asks for, checked, without running anything: argparse's
+    namespace, with `limits` (the `Limits` the flags give) for `run` and
+    `exec`, and `env` (a dict, from the `--env` items) for `exec`.
+
+    argparse's own errors exit as the command does (2; 125 under `exec
+    --exit-code`); a value argparse cannot check raises a `UsageError`
+    naming the flag as typed.
+    """
+    usage_exit = _usage_exit(argv)
+    parser = _Parser(prog="trunner", description=__doc__, usage_exit=usage_exit,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"trunner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="run a worker mode on one request")
+    run = sub.add_parser("run", help="run a worker mode on one request", usage_exit=usage_exit)
     run.add_argument("mode")
     run.add_argument("--request", default="null", help="the request as JSON, or - for stdin")
     run.add_argument("--import-path", action="append", default=[], help="where user modes live")
     _limits_args(run)
-    ex = sub.add_parser("exec", help="run a program inside the jail")
+    ex = sub.add_parser("exec", help="run a program inside the jail", usage_exit=usage_exit)
     ex.add_argument("--text", action="store_true", help="print stdout/stderr as UTF-8 text")
     ex.add_argument("--stdin", default="", help="text fed to the program's stdin")
     ex.add_argument("--file", action="append", default=[], metavar="NAME=PATH",
@@ -178,20 +188,30 @@ def main(argv: list[str] | None = None) -> int:
                          " (wall-clock limit) or 125")
     _limits_args(ex)
     ex.add_argument("argv", nargs="+")
-    doctor = sub.add_parser("doctor", help="what this host supports; exit 0 if a run would work")
+    doctor = sub.add_parser("doctor", help="what this host supports; exit 0 if a run would work",
+                            usage_exit=usage_exit)
     doctor.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    if args.command == "doctor":
-        return _doctor(args.json)
-    import trio
+    if args.command in ("run", "exec"):
+        args.limits = _limits(args)
+    if args.command == "exec":
+        args.env = _read_env(args.env)
+    return args
 
-    usage_exit = EXIT_OWN_FAILURE if own_exit else EXIT_USAGE
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        args = parse(argv)
+        if args.command == "doctor":
+            return _doctor(args.json)
+        import trio
+
         return trio.run(_run, args)
     except UsageError as e:
         _print({"error": "usage", "detail": str(e)})
         print(f"trunner: error: {e}", file=sys.stderr)
-        return usage_exit
+        return _usage_exit(argv)
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -210,7 +230,7 @@ async def _run_command(args: argparse.Namespace) -> int:
     from trunner.errors import Reason, RunnerError
     from trunner.runner import Runner
 
-    limits = _limits(args)
+    limits = args.limits
     own_exit = getattr(args, "exit_code", False)
     try:
         if args.command == "run":
@@ -227,10 +247,10 @@ async def _run_command(args: argparse.Namespace) -> int:
             _print({"response": result.response, "usage": result.usage,
                     "rules_version": result.rules_version})
             return 0
-        files, env = _read_files(args.file), _read_env(args.env)
+        files = _read_files(args.file)
         runner = Runner(limits=limits)
         res = await runner.exec(args.argv, stdin=args.stdin.encode(), files=files,
-                                collect=args.collect, env=env)
+                                collect=args.collect, env=args.env)
         out: dict[str, object] = msgspec.structs.asdict(res.response)
         if args.out is not None:
             out["files"] = _write_files(args.out, res.response.files)
