@@ -14,8 +14,10 @@ syscall_denied, or another trunner reason), the program's CPU time, its
 wall time and its peak memory (`Usage`, also for a case that failed), and
 how many bytes it printed. A time limit exceeded is told by what ran out:
 `tle_cpu`, the program's CPU time (`cpu_time`: a busy loop), or `tle_wall`,
-its wall time (`timeout`: a program that waits). Exits 0 when every case is
-ok.
+its wall time (`timeout`: a program that waits). The wall limit is ten
+times the CPU limit, so that a busy program runs out of CPU time first
+even on a loaded host, where it gets a fraction of a core. Exits 0 when
+every case is ok.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ from trunner import ExecFile, Limits, Reason, Runner, RunnerError, Usage
 
 JOBS = 2
 BUILD = Limits(wall_time_s=60, cpu_time_s=60, stdout_max_bytes=16 << 20)
-CASE = Limits(wall_time_s=2, cpu_time_s=1, stdout_max_bytes=64 << 10, processes=8)
+#: Each case: 1 s of CPU time, the judge's limit; 10 s of wall time, for a
+#: program that waits (at 10x, a busy loop given a tenth of a core on a loaded
+#: host still ends by its CPU time, `tle_cpu`, not by the clock).
+CASE = Limits(wall_time_s=10, cpu_time_s=1, stdout_max_bytes=64 << 10, processes=8)
 #: Verdicts for the reasons a judge names its own way.
 VERDICTS = {Reason.CPU_TIME: "tle_cpu", Reason.TIMEOUT: "tle_wall", Reason.MEMORY_LIMIT: "mle"}
 
@@ -125,7 +130,7 @@ def main() -> int:
     cases = [Case(path.stem, path.read_bytes(), path.with_suffix(".out").read_bytes())
              for path in sorted(cases_dir.glob("*.in"))]
     rows = trio.run(grade, source.name, source.read_bytes(), cases)
-    line = "{:<14}{:<16}{:>8}{:>9}{:>11}{:>9}".format
+    line = "{:<14}{:<16}{:>8}{:>10}{:>11}{:>9}".format
     print(line("case", "verdict", "cpu", "wall", "memory", "output"))
     for row in rows:
         print(line(*row.cells()))

@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import dataclasses
 import resource
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
 import trio
 
-from support import denied, plan_for, run_code
-from trunner import Limits, Reason, Runner
+from support import VIA_POOL, denied, plan_for, run_code
+from trunner import Limits, Reason, Runner, RunnerError
+from trunner.cleanup import owner_id
 from trunner.cli import _limits, _limits_args
 from trunner.limits import AUTO_ADDRESS_SPACE_BYTES, GiB, MiB
+from trunner.linux import cgroup
 from trunner.linux.plan import RLIM_INFINITY, MemoryCgroup
 from trunner.linux.probe import probe_host
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 HOST = probe_host()
 CGROUP = HOST.is_root and bool(HOST.memory_cgroup_base)
@@ -105,21 +112,38 @@ async def test_a_large_reservation_runs_where_a_memory_cgroup_bounds_use(runner:
     assert await run_code(runner, _RESERVE.format(touch=10)) == "touched 10 MiB"
 
 
-def _available() -> int:
-    with open("/proc/meminfo") as f:
-        fields = dict(line.split(":", 1) for line in f)
-    return int(fields["MemAvailable"].split()[0]) * 1024
+def _cgroup_read(path: Path, *names: str) -> int | None:
+    """The first of `names` in the cgroup dir `path` that reads as a number
+    (v2's file first, then v1's); None if none does."""
+    for name in names:
+        try:
+            text = (path / name).read_text().strip()
+        except OSError:
+            continue
+        return int(text) if text.isdigit() else None
+    return None
 
 
-@needs_memory_cgroup
-async def test_touching_past_memory_bytes_still_fails_memory_limit(runner: Runner) -> None:
-    """With no RLIMIT_AS, the memory cgroup is what stops the run: a gigabyte
-    touched under a 128 MiB bound fails `memory_limit`, and the host's
-    available memory never drops by much more than the bound."""
-    memory = 128 * MiB
+def _sample_run_cgroup(seen: dict[str, int]) -> None:
+    """Fold one reading of this process's live run memory cgroups (as root
+    trunner makes one per run, under `<memory base>/trunner`, its name
+    starting with its owner's id) into `seen`: the lowest limit read (it is
+    unlimited until the helper sets it) and the highest peak."""
+    paths = list(Path(HOST.memory_cgroup_base, cgroup.DIR_NAME).glob(owner_id() + "-*"))
+    seen["runs"] = max(seen.get("runs", 0), len(paths))
+    for path in paths:
+        limit = _cgroup_read(path, "memory.max", "memory.limit_in_bytes")
+        peak = _cgroup_read(path, "memory.peak", "memory.max_usage_in_bytes", "memory.current")
+        if limit is None or peak is None:
+            continue  # gone between the listing and the read
+        seen["limit"] = min(seen.get("limit", limit), limit)
+        seen["peak"] = max(seen.get("peak", 0), peak)
+
+
+async def _touch_past(runner: Runner, memory: int, sample: Callable[[], None]) -> RunnerError:
+    """Touch a gigabyte under `memory`, calling `sample` every 5 ms until the
+    run failed; its error."""
     limits = runner.limits.replace(memory_bytes=memory, wall_time_s=30)
-    before = _available()
-    lowest = before
     errors = []
 
     async def run() -> None:
@@ -128,8 +152,51 @@ async def test_touching_past_memory_bytes_still_fails_memory_limit(runner: Runne
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run)
         while not errors:
-            lowest = min(lowest, _available())
+            sample()
             await trio.sleep(0.005)
-    assert errors[0].reason is Reason.MEMORY_LIMIT
+    return errors[0]
+
+
+@needs_memory_cgroup
+async def test_touching_past_memory_bytes_still_fails_memory_limit(runner: Runner) -> None:
+    """With no RLIMIT_AS, the memory cgroup is what stops the run: a gigabyte
+    touched under a 128 MiB bound fails `memory_limit`, and the run's own
+    memory cgroup, of that limit, peaked at it, never past."""
+    memory = 128 * MiB
+    seen: dict[str, int] = {}
+    e = await _touch_past(runner, memory, lambda: _sample_run_cgroup(seen))
+    assert e.reason is Reason.MEMORY_LIMIT
+    assert "the kernel killed" in e.detail, e.detail
+    # This run's one cgroup (through a pool, perhaps also the worker
+    # prewarmed to replace the one that served).
+    assert 1 <= seen.get("runs", 0) <= (2 if VIA_POOL else 1), seen
+    assert seen["limit"] == memory, seen
+    # It pressed on the bound (within 8 MiB: the last reading may precede the
+    # kill) and the kernel held it there.
+    assert memory - 8 * MiB <= seen["peak"] <= memory, seen
+
+
+def _available() -> int:
+    with open("/proc/meminfo") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return int(fields["MemAvailable"].split()[0]) * 1024
+
+
+@pytest.mark.quiet_host
+@needs_memory_cgroup
+async def test_touching_past_memory_bytes_leaves_the_hosts_memory(runner: Runner) -> None:
+    """quiet_host: it asserts the host's MemAvailable, which any other
+    process moves. That figure is the point: with no RLIMIT_AS, a gigabyte
+    touched under a 128 MiB bound never takes the host's available memory
+    down by much more than the bound."""
+    memory = 128 * MiB
+    before = lowest = _available()
+
+    def sample() -> None:
+        nonlocal lowest
+        lowest = min(lowest, _available())
+
+    e = await _touch_past(runner, memory, sample)
+    assert e.reason is Reason.MEMORY_LIMIT
     # The bound, and room for the worker's own interpreter and the host's noise.
     assert before - lowest <= memory + 128 * MiB, (before - lowest) // MiB

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,17 @@ import trio
 from test_helper import PlanEditing, refusal, runner_on
 
 from conftest import TESTS_DIR, landlock_abi_in_force
-from support import denied, jailed_under, pid_namespace_members, run_code, wait_until
+from support import (
+    PRELUDE,
+    READY,
+    denied,
+    jail_ready,
+    jailed_under,
+    let_go,
+    pid_namespace_members,
+    run_code,
+    wait_until,
+)
 from trunner import Limits, Reason, Runner
 from trunner.limits import MiB
 from trunner.linux.plan import WORKDIR, Bind, HelperPlan
@@ -246,28 +257,113 @@ async def test_no_part_of_the_checkout_but_the_package(runner: Runner) -> None:
 # -- scratch ----------------------------------------------------------------------
 
 
-def _free_bytes() -> int:
-    st = os.statvfs(os.path.dirname(os.path.abspath(__file__)))
+async def test_scratch_is_one_capped_tmpfs_and_nothing_lands_under_the_jail_root(
+    runner: Runner, jail_root: Path
+) -> None:
+    """The working dir, /tmp and /dev/shm are one tmpfs of `scratch_bytes`,
+    as the jail's statvfs counts it: 5 MiB written show as 5 MiB used in
+    all three, the cap stops the next writes with ENOSPC wherever they go,
+    and while the jail holds its bytes the host's jail root has none."""
+    cap = 8 * MiB
+    limits = runner.limits.replace(scratch_bytes=cap)
+    code = READY + textwrap.dedent("""
+        def used(path):
+            st = os.statvfs(path)
+            return (st.f_blocks - st.f_bfree) * st.f_frsize
+        def fill(path, mib):
+            with open(path, "wb") as f:
+                for _ in range(mib):
+                    f.write(b"x" * (1 << 20))
+                    f.flush()
+        where = (os.getcwd(), "/tmp", "/dev/shm")
+        mounts = {}  # mount point -> (major:minor, filesystem type)
+        for line in open("/proc/self/mountinfo"):
+            left, _, right = line.partition(" - ")
+            mounts[left.split()[4]] = (left.split()[2], right.split()[0])
+        st = os.statvfs(".")
+        out = {"devices": [os.stat(p).st_dev for p in where],
+               "mounts": [mounts.get(p) for p in where],
+               "size": st.f_blocks * st.f_frsize, "start": used(".")}
+        out["a"] = attempt(lambda: fill("/tmp/a", 5))
+        out["after_a"] = [used(p) for p in where]
+        ready({"device": out["devices"][0]})  # the host looks under its jail root now
+        out["b"] = attempt(lambda: fill("/dev/shm/b", 5))
+        out["big"] = attempt(lambda: fill("big", 50))
+        out["full"] = [used(p) for p in where]
+        out["files"] = sum(os.path.getsize(p) for p in ("/tmp/a", "/dev/shm/b", "big", "ready"))
+        result = out
+    """)
+    seen: dict[str, Any] = {}
+
+    async def host_side() -> None:
+        jail, info = await jail_ready(go=False)
+        seen["cwd_device"] = os.stat(f"/proc/{jail}/cwd").st_dev
+        seen["jail_device"] = info["device"]
+        seen["under_root"] = [(str(p.relative_to(jail_root)), p.is_dir(), p.lstat().st_blocks)
+                              for p in jail_root.rglob("*")]
+        let_go(jail)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host_side)
+        result = (await runner.run("children:run_code", PRELUDE + code, limits=limits)).response
+    # One filesystem, a tmpfs of the cap's size, in all three places.
+    assert len(set(result["devices"])) == 1, result
+    assert [m[1] for m in result["mounts"]] == ["tmpfs"] * 3, result["mounts"]
+    assert len({m[0] for m in result["mounts"]}) == 1, result["mounts"]
+    assert result["size"] == cap
+    assert result["start"] < 64 * 1024, result["start"]  # an empty scratch
+    # 5 MiB written to /tmp are 5 MiB used as each of the three counts it
+    # (within 64 KiB: 16 pages).
+    assert result["a"] == "OK:None"
+    for got in result["after_a"]:
+        assert abs(got - result["start"] - 5 * MiB) < 64 * 1024, result["after_a"]
+    # One cap for the three: /dev/shm got what was left, the working dir nothing.
+    assert [result["b"], result["big"]] == ["ENOSPC", "ENOSPC"]
+    assert all(cap - got < 64 * 1024 for got in result["full"]), result["full"]
+    assert cap - 64 * 1024 < result["files"] <= cap, result["files"]
+    # What did not happen: the bytes landing under the jail root on the host,
+    # where the jail dir holds empty dirs only; the jail's cwd is the tmpfs.
+    assert seen["cwd_device"] == seen["jail_device"] != jail_root.stat().st_dev
+    assert seen["under_root"], "no jail dir under the jail root during the run"
+    assert all(is_dir and blocks <= 8 for _, is_dir, blocks in seen["under_root"]), seen
+    assert list(jail_root.glob("*/*")) == []
+
+
+def _free_bytes(path: str) -> int:
+    st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
 
 
-async def test_scratch_is_capped_shared_and_on_no_host_disk(runner: Runner,
-                                                            jail_root: Path) -> None:
-    limits = runner.limits.replace(scratch_bytes=8 * MiB)
-    before = _free_bytes()
-    result = await run_code(runner, """
-        def fill(path, n):
-            with open(path, "wb") as f:
-                for _ in range(n):
+@pytest.mark.quiet_host
+async def test_scratch_writes_take_no_host_disk(runner: Runner, jail_root: Path) -> None:
+    """quiet_host: it asserts the host's free disk, which any other process
+    moves. That figure is the point: 48 MiB held in the scratch take no byte
+    of the disk under the jail root or the checkout (within 4 MiB, the host's
+    own noise)."""
+    limits = runner.limits.replace(scratch_bytes=64 * MiB)
+    disks = {os.stat(p).st_dev: str(p) for p in (jail_root, TESTS_DIR)}
+    before = {dev: _free_bytes(path) for dev, path in disks.items()}
+    code = READY + textwrap.dedent("""
+        for name in ("a", "/tmp/b", "/dev/shm/c"):
+            with open(name, "wb") as f:
+                for _ in range(16):
                     f.write(b"x" * (1 << 20))
-                    f.flush()
-        result = [attempt(lambda: fill("/tmp/a", 5)),
-                  attempt(lambda: fill("/dev/shm/b", 5)),
-                  attempt(lambda: fill("big", 50))]
-    """, limits=limits)
-    assert result[0] == "OK:None"
-    assert result[1:] == ["ENOSPC", "ENOSPC"]  # one cap for /tmp, /dev/shm and the working dir
-    assert abs(_free_bytes() - before) < 4 * MiB  # nothing landed on the host's disk
+        ready({})
+        result = sum(os.path.getsize(p) for p in ("a", "/tmp/b", "/dev/shm/c"))
+    """)
+    held: dict[int, int] = {}
+
+    async def host_side() -> None:
+        jail, _ = await jail_ready(go=False)
+        held.update({dev: _free_bytes(path) for dev, path in disks.items()})
+        let_go(jail)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host_side)
+        result = (await runner.run("children:run_code", PRELUDE + code, limits=limits)).response
+    assert result == 48 * MiB
+    for dev, path in disks.items():
+        assert abs(before[dev] - held[dev]) < 4 * MiB, (path, (before[dev] - held[dev]) // MiB)
     assert list(jail_root.glob("*/*")) == []
 
 

@@ -9,8 +9,11 @@ measures, and prints one JSON line {"mode", "stopped_by", "bytes", "count"}.
 
 `python memory_attack.py --drive MODE CAP_BYTES MEMORY_BYTES SCRATCH_BYTES`
 runs on the host as the caller: one `Runner.exec` of the attack, sampling
-the host's /proc/meminfo while it runs; prints one JSON line with the
-attack's answer (or the run's refusal reason) and the largest drop seen.
+while it runs the run's own memory cgroup (as root: its limit and its peak
+usage, kernel memory included) and the host's /proc/meminfo; prints one
+JSON line with the attack's answer (or the run's refusal reason), the
+usage trunner reported, the cgroup's figures and the host's drop (a
+host-wide figure: any other process moves it).
 Only the standard library inside the jail (ctypes for SysV IPC).
 """
 
@@ -310,6 +313,73 @@ def meminfo() -> dict[str, int]:
     return out
 
 
+#: A memory cgroup's figures: v2's file, else v1's.
+_CGROUP_FILES = {
+    "limit": ("memory.max", "memory.limit_in_bytes"),
+    "peak": ("memory.peak", "memory.max_usage_in_bytes"),
+    "usage": ("memory.current", "memory.usage_in_bytes"),
+}
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _cgroup_figure(path: str, what: str) -> int | None:
+    for name in _CGROUP_FILES[what]:
+        text = _read(os.path.join(path, name))
+        if text is not None:
+            return int(text) if text.isdigit() else None
+    return None
+
+
+def cgroup_parent() -> str | None:
+    """Where trunner makes this caller's runs' memory cgroups (as root: one per
+    run, under `<memory base>/trunner`); None where the caller has none."""
+    from trunner.linux.cgroup import DIR_NAME
+    from trunner.linux.probe import probe_host
+
+    base = probe_host().memory_cgroup_base
+    return os.path.join(base, DIR_NAME) if base else None
+
+
+def run_cgroups(parent: str | None) -> list[str]:
+    """The memory cgroups of this driver's live runs under `parent`: their
+    names start with their owner's id (this process, `owner_id`)."""
+    from trunner.cleanup import owner_id
+
+    if parent is None:
+        return []
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return []
+    return [os.path.join(parent, n) for n in names if n.startswith(owner_id() + "-")]
+
+
+def sample_cgroups(paths: list[str], seen: dict[str, dict[str, int]]) -> None:
+    """Fold one reading of each run cgroup into `seen` (path -> its limit, the
+    highest peak, usage and number of processes read): the last reading
+    before the cgroup goes holds the run's peak (the kernel's high-water mark)."""
+    for path in paths:
+        figures = {what: _cgroup_figure(path, what) for what in _CGROUP_FILES}
+        if figures["limit"] is None:
+            continue  # gone between the listing and the read
+        procs = len((_read(os.path.join(path, "cgroup.procs")) or "").split())
+        mine = seen.setdefault(path, {"limit": figures["limit"], "peak": 0, "usage": 0,
+                                      "procs": 0})
+        # Unlimited until the helper sets the run's limit: the lowest read is it.
+        mine["limit"] = min(mine["limit"], figures["limit"])
+        for what in ("peak", "usage"):
+            mine[what] = max(mine[what], figures[what] or 0)
+        mine["peak"] = max(mine["peak"], mine["usage"])  # v2 before memory.peak (5.19)
+        mine["procs"] = max(mine["procs"], procs)
+
+
 _FIELDS = ("MemAvailable", "Slab", "SUnreclaim", "Shmem")
 #: How long the attack holds what it pinned, while the driver samples.
 HOLD_S = 2.0
@@ -354,6 +424,8 @@ async def drive(mode: str, cap: int, memory_bytes: int, scratch_bytes: int) -> d
         else:
             r = res.response
             out["exit_code"] = r.exit_code
+            if res.usage is not None:
+                out["peak_memory_bytes"] = res.usage.peak_memory_bytes
             out["stderr"] = r.stderr.decode(errors="replace")[-2000:]
             lines = r.stdout.decode(errors="replace").strip().splitlines()
             if lines:
@@ -362,9 +434,12 @@ async def drive(mode: str, cap: int, memory_bytes: int, scratch_bytes: int) -> d
 
     done = trio.Event()
     samples: list[tuple[float, int]] = []
+    cgroups: dict[str, dict[str, int]] = {}
+    parent = cgroup_parent()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run)
         while not done.is_set():
+            sample_cgroups(run_cgroups(parent), cgroups)
             now = meminfo()
             samples.append((trio.current_time(), now["MemAvailable"]))
             for name in ("Slab", "SUnreclaim", "Shmem"):
@@ -379,6 +454,8 @@ async def drive(mode: str, cap: int, memory_bytes: int, scratch_bytes: int) -> d
     out["drop"] = before["MemAvailable"] - max(hold or [before["MemAvailable"]])
     out["peak_drop"] = before["MemAvailable"] - min(a for _, a in samples)
     out["grew"] = {name: worst[name] - before[name] for name in ("Slab", "SUnreclaim", "Shmem")}
+    # The run's own memory cgroup (one run, so one; a pool's worker has its own).
+    out["cgroups"] = list(cgroups.values())
     return out
 
 
