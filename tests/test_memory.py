@@ -22,7 +22,9 @@ needs_memory_cgroup = pytest.mark.skipif(
     " per process and the scratch size",
 )
 
-# Four processes of the run touch `mib` MiB each, then report.
+# Four processes of the run touch `mib` MiB each and hold it until all four
+# have (on a busy host a child could otherwise be done before the next
+# starts), then report.
 _TOUCH = """
 import mmap
 def touch(mib):
@@ -30,14 +32,23 @@ def touch(mib):
     for i in range(0, mib << 20, 4096):
         m[i] = 1
     return m
+touched, release = os.pipe(), os.pipe()
 kids = []
 for _ in range(3):
     pid = os.fork()
     if pid == 0:
-        touch({mib})
+        os.close(touched[0]); os.close(release[1])
+        held = touch({mib})
+        os.write(touched[1], b"t")
+        os.read(release[0], 1)  # EOF once the parent has touched too
         os._exit(0)
     kids.append(pid)
+os.close(touched[1]); os.close(release[0])
 held = touch({mib})
+seen = b""
+while len(seen) < 3 and (byte := os.read(touched[0], 1)):
+    seen += byte
+os.close(release[1])
 codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids]
 result = {{"codes": codes, "ns": os.readlink("/proc/self/ns/pid")}}
 """
