@@ -11,12 +11,15 @@ makes rather than relying on where CI put the checkout:
 - `run_caller(install, script, uid=...)`: run `script` with that venv's
   Python as `uid` (from root, through `setpriv`; not root, as oneself): a
   non-root caller, whose pipes belong to the jail's uid.
+- `unused_id()`: that uid, one no other test run on this host uses at the
+  same time (`claim`).
 
 The script prints one JSON line; `run_caller` returns it decoded.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -26,6 +29,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from support import scaled
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 #: What trunner imports in the caller, beside the standard library.
 DEPENDENCIES = ("trio", "outcome", "sniffio", "sortedcontainers", "attr", "attrs", "idna",
@@ -92,7 +101,9 @@ def _fill(root: Path, python: str) -> None:
 
 
 def unused_id() -> int:
-    """A uid and gid that no passwd or group entry and no process uses."""
+    """A uid and gid that no passwd or group entry and no process uses, and
+    (as root) that no other test process on this host has claimed: two test
+    runs at once (another clone's) never run their callers as one uid."""
     taken: set[int] = set()
     for path in ("/etc/passwd", "/etc/group"):
         with open(path) as f:
@@ -102,7 +113,45 @@ def unused_id() -> int:
             taken.add(os.stat(f"/proc/{pid}").st_uid)
         except FileNotFoundError:
             continue
-    return next(i for i in range(61000, 62000) if i not in taken)
+    ids = range(61000, 62000)
+    if os.getuid() != 0:  # the id is only ever used from root (`run_caller`)
+        return next(i for i in ids if i not in taken)
+    return claim("uid", ids, lambda i: i not in taken)
+
+
+#: Root's record of what each test process on this host has claimed
+#: (`claim`): host-wide, as what is claimed is (ids).
+CLAIMS_DIR = "/run/trunner-test-claims"
+
+
+def claim(kind: str, candidates: Iterable[int], usable: Callable[[int], bool]) -> int:
+    """The first of `candidates` that `usable` accepts and no other live test
+    process on this host has claimed as `kind`; it is this process's until
+    it exits. A claim is a file naming its owner (`trunner.cleanup.owner_id`),
+    written under a lock: no descriptor stays open, and a dead owner's claim
+    is free again. Root only (the dir is root's, under /run)."""
+    from trunner.cleanup import owner_alive, owner_id
+
+    os.makedirs(CLAIMS_DIR, mode=0o700, exist_ok=True)
+    me = owner_id()
+    lock = os.open(f"{CLAIMS_DIR}/.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for i in candidates:
+            path = Path(CLAIMS_DIR, f"{kind}-{i}")
+            try:
+                owner = path.read_text()
+            except FileNotFoundError:
+                owner = ""
+            if owner and owner != me and owner_alive(owner):
+                continue  # another test process's
+            if usable(i):
+                if owner != me:
+                    path.write_text(me)
+                return i
+    finally:
+        os.close(lock)  # drops the flock
+    raise RuntimeError(f"no {kind} left in {candidates!r}: every one is claimed or in use")
 
 
 def run_caller(install: Path, script: str, *, uid: int | None = None,
@@ -113,7 +162,7 @@ def run_caller(install: Path, script: str, *, uid: int | None = None,
         argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": tempfile.gettempdir()}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/",
-                          timeout=timeout_s)
+                          timeout=scaled(timeout_s))
     if done.returncode != 0:
         raise AssertionError(f"caller exited {done.returncode}: {done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from conftest import child_pids, make_runner
-from support import wait_until
+from support import scaled, wait_until
 from trunner import ExecFile, Reason, Runner, RunnerError
 from trunner.protocol import EXEC_ENV_MAX_BYTES, EXEC_INPUT_MAX_BYTES
 
@@ -32,7 +32,7 @@ async def test_a_program_not_found_ends_127_with_one_line(runner: Runner) -> Non
         assert done.stderr == f"trunner: {name}: not found\n".encode()
         # An ordinary result: it carries usage, of a program that never ran.
         assert done.usage is not None
-        assert done.usage.cpu_s < 0.1, done.usage
+        assert done.usage.cpu_s < scaled(0.1), done.usage
 
 
 @pytest.mark.parametrize(("files", "argv"), [
@@ -204,13 +204,13 @@ async def test_a_refill_that_cannot_spawn_fails_the_pool_with_its_reason(
             with pytest.raises(RunnerError) as own:  # this run's own spawn
                 await pool.run(1)
             assert own.value.reason is Reason.SPAWN_FAILED
-            await trio.sleep(30)  # the refill it woke fails: the body is cancelled
+            await trio.sleep(scaled(30))  # the refill it woke fails: the body is cancelled
 
     with pytest.raises(RunnerError) as info:
         await body()
     assert type(info.value) is RunnerError
     assert info.value.reason is Reason.SPAWN_FAILED
-    assert trio.current_time() - began < 30
+    assert trio.current_time() - began < scaled(30)
     root.unlink()
     assert child_pids() == []
 
@@ -236,7 +236,7 @@ def cli(*args: str) -> tuple[int, dict[str, object]]:
     import json
     import subprocess
 
-    out = subprocess.run([TRUNNER, *args], capture_output=True, timeout=300)
+    out = subprocess.run([TRUNNER, *args], capture_output=True, timeout=scaled(300))
     return out.returncode, json.loads(out.stdout)
 
 

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 import trunner.cleanup
-from support import group_alive, is_alive, jailed_under, wait_until
+from support import group_alive, is_alive, jailed_under, scaled, wait_until
 from trunner import Reason, Runner, RunnerError
 from trunner.backend import make_jail_dir, remove_jail_dir
 from trunner.cleanup import remove_tree
@@ -125,7 +125,7 @@ def test_dirs_without_rwx_are_given_it(tmp_path: Path) -> None:
     argv = [sys.executable, "-I", "-c", code]
     if os.geteuid() == 0:
         argv = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--", *argv]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=scaled(60))
     try:
         assert out.stdout.split() == ["0", "True", "False"], out.stderr
     finally:
@@ -353,7 +353,7 @@ async def test_the_watchdog_kills_listed_groups_and_removes_their_dirs(tmp_path:
         # A hung watchdog, not a speed bound (that is test_faults').
         await wait_until(lambda: proc.poll() is not None, 30, "the watchdog's exit")
         assert proc.returncode == 0
-        assert live.wait(timeout=5) == -signal.SIGKILL
+        assert live.wait(timeout=scaled(5)) == -signal.SIGKILL
         assert unlisted.poll() is None  # not signalled
         assert not dirs["live"].exists()
         assert not dirs["killed"].exists()
@@ -397,7 +397,7 @@ async def test_the_watchdog_ends_at_its_owners_death_with_its_pipe_still_open(
         # A hung watchdog, not a speed bound.
         await wait_until(lambda: proc.poll() is not None, 30, "the watchdog's exit")
         assert proc.returncode == 0
-        assert live.wait(timeout=5) == -signal.SIGKILL
+        assert live.wait(timeout=scaled(5)) == -signal.SIGKILL
         assert not owner_dir.exists()
     finally:
         os.close(write)
@@ -416,6 +416,6 @@ def test_the_watchdog_script_imports_only_the_stdlib_and_cleanup() -> None:
         " ('trio', 'msgspec', 'blake3', 'pyseccomp', 'trunner'))))"
     )
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=scaled(60))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["trunner", "trunner.cleanup"]

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import child_pids
+from support import scaled
 from trunner import (
     CollectedFile,
     ExecFile,
@@ -59,7 +60,7 @@ TRUNNER = os.path.join(os.path.dirname(sys.executable), "trunner")
 
 
 def cli(*args: str) -> tuple[int, dict[str, object]]:
-    out = subprocess.run([TRUNNER, *args], capture_output=True, timeout=120)
+    out = subprocess.run([TRUNNER, *args], capture_output=True, timeout=scaled(120))
     return out.returncode, json.loads(out.stdout)
 
 

@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 import trunner
+from support import scaled
 
 #: The public API (README, STYLE.md P16). A change here is an API change.
 PUBLIC = {
@@ -74,6 +75,6 @@ def test_import_trunner_and_the_helper_stay_light() -> None:
     )
     out = subprocess.run([sys.executable, "-I", "-S", "-c", f"import sys; sys.path.insert(0, "
                           f"{trunner.__path__[0].rsplit('/', 1)[0]!r}); {code}"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=scaled(60))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == ""

@@ -24,7 +24,7 @@ import trio
 import trunner.backend
 import trunner.invocation
 from conftest import TESTS_DIR, child_pids, open_fds
-from support import group_alive, is_alive, jail_pid, jailed_under, wait_until
+from support import group_alive, is_alive, jail_pid, jailed_under, scaled, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.linux import cgroup
 from trunner.linux.probe import probe_host
@@ -123,9 +123,11 @@ async def test_cancel_at_random_points_leaves_nothing(
     shielded spawn, in the helper, in the interpreter's start, in the
     adapter. Each run's leader (seen through a wrapped `spawn`) and jail dir
     (seen through a wrapped `make_jail_dir`) are gone when its `run()` returns;
-    with 4 runs in flight, child_pids() is checked once all are done."""
+    with 4 runs in flight, child_pids() is checked once all are done. On a
+    slow host (`scaled`) the phases last longer: the delays and the sleep
+    stretch with them, so the cancels land in the same phases."""
     rng = random.Random(1234)
-    delays = [rng.uniform(0.0, 0.3) if rng.random() < 0.75 else rng.uniform(0.3, 1.2)
+    delays = [scaled(rng.uniform(0.0, 0.3) if rng.random() < 0.75 else rng.uniform(0.3, 1.2))
               for _ in range(200)]
     leaders: dict[object, list[int]] = {}
     jail_dirs: dict[object, list[str]] = {}
@@ -154,7 +156,7 @@ async def test_cancel_at_random_points_leaves_nothing(
             leaders.pop(task, None)
             jail_dirs.pop(task, None)
             with trio.move_on_after(delay) as scope:
-                await runner.run("children:sleep", 5)
+                await runner.run("children:sleep", scaled(5))
             counts["cancelled"] += scope.cancelled_caught
             for pid in leaders.get(task, []):
                 counts["spawned"] += 1
@@ -165,13 +167,13 @@ async def test_cancel_at_random_points_leaves_nothing(
                 if os.path.lexists(path):
                     problems.append(f"run {i} (delay {delay:.3f}): jail dir {path} left")
 
-    with trio.fail_after(120):
+    with trio.fail_after(scaled(120)):
         async with trio.open_nursery() as nursery:
             for i, delay in enumerate(delays):
                 nursery.start_soon(one, i, delay)
     print(counts)
     assert problems == []
-    assert counts["cancelled"] == 200  # a 5 s sleep never finishes in 1.2 s
+    assert counts["cancelled"] == 200  # a 5 s sleep never finishes in 1.2 s (both scaled)
     assert counts["spawned"] > 20  # some cancels did land after the spawn
     assert counts["jail_dir_made"] >= counts["spawned"]  # the dirs were seen
     assert child_pids() == []
@@ -225,30 +227,41 @@ def _jailed_under(root: Path) -> list[int]:
     return jailed_under(str(root))
 
 
-def _cgroups_of(pid: int) -> list[str]:
+def _owner_of(parent: subprocess.Popen[bytes]) -> str:
+    """The owner id (`trunner.cleanup.owner_id`: pid, start time, PID
+    namespace) that names `parent`'s cgroups; read while it lives. Not its
+    pid alone: once it is reaped, its pid may be another trunner's (another
+    test run's, beside this one), whose cgroups are not this test's."""
+    fields = Path(f"/proc/{parent.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return f"{parent.pid}-{fields[19]}-{os.stat('/proc/self/ns/pid').st_ino}"
+
+
+def _cgroups_of(owner: str) -> list[str]:
     limit = probe_host().process_limit
     if limit is None or limit.kind != "pids_cgroup":
         return []
     base = Path(limit.cgroup_base, cgroup.DIR_NAME)
-    return [p.name for p in base.glob(f"{pid}-*")] if base.is_dir() else []
+    return [p.name for p in base.glob(f"{owner}-*")] if base.is_dir() else []
 
 
-def _left_by(parent: subprocess.Popen[bytes], root: Path, seen: list[int]) -> list[str]:
-    """What of `parent`'s runs is still on the host ([] = nothing)."""
+def _left_by(owner: str, root: Path, seen: list[int]) -> list[str]:
+    """What of the runs of the parent `owner` is still on the host ([] = nothing)."""
     left = [f"process {p}" for p in {*seen, *_jailed_under(root)} if is_alive(p)]
-    left += [f"cgroup {c}" for c in _cgroups_of(parent.pid)]
+    left += [f"cgroup {c}" for c in _cgroups_of(owner)]
     # os.walk, not rglob: it skips what goes while it lists (the watchdog removes it).
     return left + [f"dir {os.path.relpath(os.path.join(top, name), root)}"
                    for top, dirs, files in os.walk(root) for name in dirs + files]
 
 
-async def _ends_clean(parent: subprocess.Popen[bytes], root: Path, seen: list[int]) -> float:
-    """Wait for `parent` to be gone, then for nothing of its runs to be
-    left, within GONE_WITHIN_S; returns how long the second wait took."""
+async def _ends_clean(parent: subprocess.Popen[bytes], owner: str, root: Path, seen: list[int]
+                     ) -> float:
+    """Wait for `parent` (the owner `owner`) to be gone, then for nothing of
+    its runs to be left, within GONE_WITHIN_S; returns how long the second
+    wait took."""
     await wait_until(lambda: parent.poll() is not None, 30, "the parent's exit")
     start = trio.current_time()
-    await wait_until(lambda: not _left_by(parent, root, seen), GONE_WITHIN_S,
-                     lambda: f"nothing left (left: {_left_by(parent, root, seen)})")
+    await wait_until(lambda: not _left_by(owner, root, seen), GONE_WITHIN_S,
+                     lambda: f"nothing left (left: {_left_by(owner, root, seen)})")
     return trio.current_time() - start
 
 
@@ -296,12 +309,13 @@ async def test_sigkilled_parent_mid_run_leaves_nothing(
     root.mkdir()
     parent = _start_parent(root, code, copies)
     try:
+        owner = _owner_of(parent)
         jailed = await _wait_for_runs(parent, root, expected)
         [owner_dir] = root.iterdir()  # the parent's: its jail dirs are in it
         assert len(list(owner_dir.iterdir())) == copies
-        assert len(_cgroups_of(parent.pid)) in (0, copies)  # 0: not root
+        assert len(_cgroups_of(owner)) in (0, copies)  # 0: not root
         parent.kill()
-        took = await _ends_clean(parent, root, jailed)
+        took = await _ends_clean(parent, owner, root, jailed)
         print(f"nothing left {1000 * took:.0f} ms after the parent was reaped")
     finally:
         _end_parent(parent, root)
@@ -325,9 +339,10 @@ async def test_signalled_parent_mid_run_leaves_nothing(
     root.mkdir()
     parent = _start_parent(root, FORK_THEN_SLEEP, 3, handle_signals)
     try:
+        owner = _owner_of(parent)
         jailed = await _wait_for_runs(parent, root, 9)
         parent.send_signal(sig)
-        await _ends_clean(parent, root, jailed)
+        await _ends_clean(parent, owner, root, jailed)
         assert parent.returncode == (128 + sig if handle_signals else -sig)
         if handle_signals:
             assert parent.stderr is not None
@@ -373,6 +388,8 @@ async def test_sigkilled_parent_at_a_random_moment_of_a_busy_loop(
         [sys.executable, "-c", script], stderr=subprocess.PIPE
     )
     try:
+        owner = _owner_of(parent)
+
         def running() -> bool:
             assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
             return bool(_jailed_under(root))
@@ -383,7 +400,7 @@ async def test_sigkilled_parent_at_a_random_moment_of_a_busy_loop(
         assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""
         jailed = _jailed_under(root)
         parent.kill()
-        await _ends_clean(parent, root, jailed)
+        await _ends_clean(parent, owner, root, jailed)
         done = count.read_text().count("ok") if count.exists() else 0
         print(f"{done} runs completed before the kill")
     finally:

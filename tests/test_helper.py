@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from conftest import child_pids
-from support import plan_for
+from support import plan_for, scaled
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.jail import HostSupport
 from trunner.linux.backend import LinuxBackend, LinuxJail
@@ -314,7 +314,7 @@ def test_the_probe_changes_nothing_on_the_host() -> None:
         "print(host.can_run, seen)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=60, cwd="/")
+                         timeout=scaled(60), cwd="/")
     assert out.returncode == 0, out.stderr
     # /dev/null: subprocess's stdio for the ldconfig run pyseccomp does.
     assert out.stdout.strip() == "True []", out.stdout
@@ -360,7 +360,7 @@ def test_an_rlimit_above_the_inherited_hard_limit_fails_closed(jail_root: Path) 
     out = subprocess.run(
         ["setpriv", "--inh-caps=-sys_resource", "--bounding-set=-sys_resource", "--",
          sys.executable, "-c", RLIMIT_PARENT.format(root=str(jail_root))],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=scaled(60),
     )
     assert out.returncode == 0, out.stderr
     reason, exit_status, detail = out.stdout.splitlines()

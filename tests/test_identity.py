@@ -15,9 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
+from installed import claim
 
 from conftest import TESTS_DIR, child_pids
-from support import READY, jail_ready, let_go, live_status, proc_status, run_code, wait_until
+from support import (
+    READY,
+    jail_ready,
+    let_go,
+    live_status,
+    proc_status,
+    run_code,
+    scaled,
+    wait_until,
+)
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.linux.backend import LinuxBackend
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds
@@ -38,8 +48,23 @@ result = {"ids": [os.getresuid(), os.getresgid()], "groups": os.getgroups(),
                      for line in open("/proc/self/status")) if k in ("Uid", "Gid", "CapEff")}}
 """
 
-#: A small range of its own per test (the default one is every run's).
-SMALL = 0x7B000000
+#: Where the small ranges of `small` are: blocks of 64 ids from here (the
+#: default range is every run's). Block 0 is skipped: it was every test
+#: run's fixed range before.
+BLOCKS_FROM, BLOCK = 0x7B000000, 64
+
+
+@pytest.fixture(scope="module")
+def small() -> int:
+    """The first id of a block of 64 host ids this test process has to itself:
+    another test run on this host (another clone's, at the same time) claims
+    another block, and nothing on the host uses one of its ids. Each test takes
+    a small range at the block's start."""
+    def unused(block: int) -> bool:
+        first = BLOCKS_FROM + BLOCK * block
+        return HostIds(range(first, first + BLOCK)).users() == []
+
+    return BLOCKS_FROM + BLOCK * claim("host-id-block", range(1, 257), unused)
 
 
 def host_uid(pid: int) -> int:
@@ -69,8 +94,8 @@ async def test_the_jail_is_one_uid_inside_mapped_to_its_host_id(runner: Runner) 
 
 
 @root_only
-async def test_host_ids_are_configurable(jail_root: Path) -> None:
-    ids = range(SMALL, SMALL + 2)
+async def test_host_ids_are_configurable(jail_root: Path, small: int) -> None:
+    ids = range(small, small + 2)
     runner = Runner(temp_root=str(jail_root), import_paths=[TESTS_DIR], host_ids=ids)
     who = await run_code(runner, WHO)
     assert who["ids"] == [[JAIL_ID] * 3, [JAIL_ID] * 3]
@@ -172,12 +197,12 @@ async def test_a_host_process_of_uid_65534_cannot_reach_a_jails_files(runner: Ru
 @root_only
 @pytest.mark.parametrize("where", ["passwd", "group", "subuid"])
 def test_the_range_is_refused_when_the_host_names_an_id_in_it(tmp_path: Path, jail_root: Path,
-                                                               where: str) -> None:
+                                                               where: str, small: int) -> None:
     """Checked at Runner(): a user, a group or a subordinate range in it."""
-    ids = range(SMALL, SMALL + 16)
-    line = {"passwd": f"intruder:x:{SMALL + 7}:100::/:/bin/sh",
-            "group": f"intruders:x:{SMALL + 7}:",
-            "subuid": f"intruder:{SMALL - 100}:200"}[where]
+    ids = range(small, small + 16)
+    line = {"passwd": f"intruder:x:{small + 7}:100::/:/bin/sh",
+            "group": f"intruders:x:{small + 7}:",
+            "subuid": f"intruder:{small - 100}:200"}[where]
     path = tmp_path / where
     path.write_text(f"# a comment\nroot:x:0:0::/root:/bin/sh\n{line}\n"
                     if where == "passwd" else f"{line}\n")
@@ -212,13 +237,14 @@ def end(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         assert process.stdin is not None
         process.stdin.close()
-        process.wait(timeout=10)
+        process.wait(timeout=scaled(10))
 
 
 @root_only
-async def test_the_range_is_refused_while_a_host_process_runs_as_an_id(jail_root: Path) -> None:
-    ids = range(SMALL, SMALL + 16)
-    uid = SMALL + 3
+async def test_the_range_is_refused_while_a_host_process_runs_as_an_id(
+        jail_root: Path, small: int) -> None:
+    ids = range(small, small + 16)
+    uid = small + 3
     async with host_process_as(uid) as squatter:
         with pytest.raises(RunnerError) as info:
             Runner(temp_root=str(jail_root), host_ids=ids)
@@ -229,12 +255,12 @@ async def test_the_range_is_refused_while_a_host_process_runs_as_an_id(jail_root
 
 @root_only
 async def test_a_run_that_ends_between_the_two_reads_is_not_a_user(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, small: int) -> None:
     """The check reads the processes, then each one's id lock: a run (of
     another trunner) that ends in between released its lock after its
     process was seen. Its process is looked at again, and is gone."""
-    ids = range(SMALL, SMALL + 16)
-    uid = SMALL + 5
+    ids = range(small, small + 16)
+    uid = small + 5
     async with host_process_as(uid) as run:
         host = HostIds(ids)
         assert host.users() == [f"process {run.pid} (cat) runs as id {uid}"]
@@ -251,10 +277,10 @@ LOOP = "while True: pass"
 
 
 @root_only
-async def test_one_id_serves_any_number_of_sequential_runs(jail_root: Path) -> None:
+async def test_one_id_serves_any_number_of_sequential_runs(jail_root: Path, small: int) -> None:
     """Released on every path: ok, error, timeout, cancel. With one id, a
     second concurrent run is refused before anything is spawned."""
-    ids = range(SMALL, SMALL + 1)
+    ids = range(small, small + 1)
     runner = Runner(temp_root=str(jail_root), import_paths=[TESTS_DIR], host_ids=ids,
                     limits=Limits(wall_time_s=20.0))
     assert await run_code(runner, "result = 1") == 1
@@ -270,21 +296,21 @@ async def test_one_id_serves_any_number_of_sequential_runs(jail_root: Path) -> N
         nursery.start_soon(run_code, runner, READY + "ready({})\n" + LOOP)
         [helper] = await wait_until(lambda: helpers(1), 60, "the run's helper")
         jail, _ = await jail_ready(helper, go=False)
-        assert host_uid(jail) == SMALL
+        assert host_uid(jail) == small
         # The one id is taken: refused, nothing spawned.
         with pytest.raises(RunnerError) as info:
             await runner.run("children:run_code", PRELUDE + "result = 2")
         assert info.value.reason is Reason.HOST_IDS_EXHAUSTED
         assert child_pids() == [helper]
         nursery.cancel_scope.cancel()
-    assert not HostIds(ids)._held(SMALL)
+    assert not HostIds(ids)._held(small)
     assert await run_code(runner, "result = 3") == 3
-    assert not HostIds(ids)._held(SMALL)
+    assert not HostIds(ids)._held(small)
 
 
 @root_only
-async def test_a_pool_holds_its_ids_while_idle(jail_root: Path) -> None:
-    ids = range(SMALL, SMALL + 2)
+async def test_a_pool_holds_its_ids_while_idle(jail_root: Path, small: int) -> None:
+    ids = range(small, small + 2)
     runner = Runner(temp_root=str(jail_root), import_paths=[TESTS_DIR], host_ids=ids)
     async with runner.pool("children:status", size=2) as pool:
         await wait_until(lambda: helpers(2) and pool.idle_workers == 2, 60, "2 idle workers")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from support import scaled
+
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 FILE_LINE = re.compile(r"# ([\w./-]+\.py)\n")
@@ -55,7 +57,7 @@ def test_the_use_section_runs_as_written(tmp_path: Path) -> None:
         (tmp_path / f"use_{i}.py").write_text(program)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         done = subprocess.run([sys.executable, f"use_{i}.py"], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=scaled(300))
         assert done.returncode == 0, (program, done.stdout, done.stderr)
         outputs.append(done.stdout.splitlines())
     main, signals = outputs

@@ -8,11 +8,12 @@ tests/security/test_network.py."""
 from __future__ import annotations
 
 import sys
+import textwrap
 from typing import TYPE_CHECKING
 
 import pytest
 
-from support import run_code
+from support import run_code, scaled
 
 if TYPE_CHECKING:
     from trunner import Runner
@@ -86,7 +87,7 @@ async def test_tcp_server_and_client_in_one_run(runner: Runner, family: str) -> 
 
         t = threading.Thread(target=serve)
         t.start()
-        with socket.create_connection(({host!r}, port), timeout=5) as c:
+        with socket.create_connection(({host!r}, port), timeout={scaled(5)}) as c:
             c.sendall(b"ping over tcp")
             reply = c.recv(64)
             peer = c.getpeername()[0]
@@ -109,10 +110,10 @@ async def test_udp_on_loopback(runner: Runner, family: str, proto: str) -> None:
                           socket.{proto})
         b = socket.socket(socket.{family}, socket.SOCK_DGRAM, socket.{proto})
         a.bind(({host!r}, 0))
-        b.settimeout(5)
+        b.settimeout({scaled(5)})
         b.sendto(b"datagram", a.getsockname())
         import select
-        select.select([a], [], [], 5)
+        select.select([a], [], [], {scaled(5)})
         data, sender = a.recvfrom(64)
         a.sendto(data[::-1], sender)
         back = b.recv(64)
@@ -124,7 +125,7 @@ async def test_udp_on_loopback(runner: Runner, family: str, proto: str) -> None:
 
 
 async def test_http_server_and_urllib_on_localhost(runner: Runner) -> None:
-    result = await run_code(runner, """
+    result = await run_code(runner, f"timeout_s = {scaled(5)}\n" + textwrap.dedent("""
         import http.server, threading, urllib.request
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -142,13 +143,13 @@ async def test_http_server_and_urllib_on_localhost(runner: Runner) -> None:
         t = threading.Thread(target=httpd.serve_forever)
         t.start()
         url = f"http://localhost:{httpd.server_address[1]}/jail"
-        with urllib.request.urlopen(url, timeout=5) as reply:
+        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
             got = [reply.status, reply.read()]
         httpd.shutdown()
         httpd.server_close()
         t.join()
         result = got
-    """)
+    """))
     assert result == [200, b"hello from /jail"]
 
 

@@ -44,15 +44,22 @@ class HostIpc:
     message) and a POSIX message queue, made in the test's IPC namespace."""
 
     def __init__(self, key: int, mq_name: bytes) -> None:
+        """Raises OSError (EEXIST if the key or the name is another process's,
+        on this host), leaving nothing made."""
         self.key, self.mq_name = key, mq_name
-        self.shm = _call(SHMGET, key, 4096, IPC_CREAT | IPC_EXCL | 0o666)
-        addr = _call(SHMAT, self.shm, None, 0)
-        ctypes.memmove(addr, b"host", 4)
-        _call(SHMDT, ctypes.c_void_p(addr))
-        self.msg = _call(MSGGET, key, IPC_CREAT | IPC_EXCL | 0o666)
-        message = ctypes.create_string_buffer((1).to_bytes(8, "little") + b"host")  # mtype 1
-        _call(MSGSND, self.msg, message, 4, 0)
-        os.close(_call(MQ_OPEN, mq_name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666, None))
+        self.shm = self.msg = -1
+        try:
+            self.shm = _call(SHMGET, key, 4096, IPC_CREAT | IPC_EXCL | 0o666)
+            addr = _call(SHMAT, self.shm, None, 0)
+            ctypes.memmove(addr, b"host", 4)
+            _call(SHMDT, ctypes.c_void_p(addr))
+            self.msg = _call(MSGGET, key, IPC_CREAT | IPC_EXCL | 0o666)
+            message = ctypes.create_string_buffer((1).to_bytes(8, "little") + b"host")  # mtype 1
+            _call(MSGSND, self.msg, message, 4, 0)
+            os.close(_call(MQ_OPEN, mq_name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666, None))
+        except OSError:
+            self.remove(mqueue=False)  # what it made (an mqueue that failed is not its own)
+            raise
 
     def state(self) -> tuple[bytes, int, int]:
         """The segment's bytes, the queue's message count, the mqueue's presence."""
@@ -66,19 +73,37 @@ class HostIpc:
         os.close(fd)
         return data, qnum, 1
 
-    def remove(self) -> None:
-        for nr, *args in ((SHMCTL, self.shm, IPC_RMID, None), (MSGCTL, self.msg, IPC_RMID, None),
-                          (MQ_UNLINK, self.mq_name)):
+    def remove(self, *, mqueue: bool = True) -> None:
+        """Remove what it made (`mqueue`: its mqueue too); what is gone already is fine."""
+        def quietly(nr: int, *args: object) -> None:
             try:
                 _call(nr, *args)
             except OSError as e:
                 if e.errno not in (errno.EINVAL, errno.EIDRM, errno.ENOENT):
                     raise
 
+        if self.shm >= 0:
+            quietly(SHMCTL, self.shm, IPC_RMID, None)
+        if self.msg >= 0:
+            quietly(MSGCTL, self.msg, IPC_RMID, None)
+        if mqueue:
+            quietly(MQ_UNLINK, self.mq_name)
+
 
 @pytest.fixture
 def host_ipc() -> Iterator[HostIpc]:
-    ipc = HostIpc(KEY + os.getpid() % 1000, b"trunner-host-%d" % os.getpid())
+    """Objects under a key and a name no other process of this host holds
+    (the host's IPC namespace is shared: another test run makes its own)."""
+    for i in range(100):
+        key = KEY + (os.getpid() + i) % 100_000
+        try:
+            ipc = HostIpc(key, b"trunner-host-%d-%d" % (os.getpid(), i))
+            break
+        except OSError as e:
+            if e.errno != errno.EEXIST:
+                raise
+    else:
+        raise AssertionError("100 IPC keys in use: a leak of earlier runs?")
     try:
         yield ipc
     finally:

@@ -24,7 +24,7 @@ import pytest
 import trio
 
 from conftest import TESTS_DIR, child_pids, make_runner
-from support import host_children, pid_namespace_members, run_code, wait_until
+from support import host_children, pid_namespace_members, run_code, scaled, wait_until
 from trunner import Limits, Runner
 
 if TYPE_CHECKING:
@@ -111,12 +111,12 @@ async def test_ordinary_ioctls_still_work(runner: Runner) -> None:
     assert result == [3, True, fcntl.FD_CLOEXEC, 0, "ENOTTY", "ENOTTY", "ENOTTY"], result
 
 
-_SYNC = """
+_SYNC = f"""
 import socket
 s = socket.socket(socket.AF_UNIX)
 s.bind("sync")
 s.listen()
-s.settimeout(15)
+s.settimeout({scaled(15)})
 s.accept()[0].recv(1)
 """
 
