@@ -1,6 +1,11 @@
 """Smoke test of the benchmark harness: both scripts run in quick mode and
 report every figure as a positive number. No performance target is asserted:
-the targets are reported by the harness, PASS or MISS, never enforced here."""
+the targets are reported by the harness, PASS or MISS, never enforced here.
+
+Each benchmark runs with TMPDIR a dir of the test's own (`bench_env`): its
+scratch and jail dirs (tempfile's, and a `Runner`'s default temp_root) are
+not in the shared temp dir, which another run or a host's cleaner may sweep.
+The benchmark runs are `slow` (long and exhaustive); CI runs them."""
 
 from __future__ import annotations
 
@@ -14,23 +19,34 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from support import scaled
+
 if TYPE_CHECKING:
     from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_DIR = os.path.join(ROOT, "benchmarks")
-TIMEOUT_S = 300
+TIMEOUT_S = scaled(300)
 ALWAYS = ("bare", "trunner_cold", "cat", "python_floor")
 CONCURRENCY = ("1", "2", "4", "8", "16")
 
 
-def run_quick_json(script: str, *args: str) -> dict[str, Any]:
+def bench_env(tmp_path: Path) -> dict[str, str]:
+    """The benchmarks' environment: TMPDIR a dir of this test's own, where they
+    make their scratch and jail dirs."""
+    scratch = tmp_path / "bench-tmp"
+    scratch.mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(scratch)}
+
+
+def run_quick_json(script: str, tmp_path: Path, *args: str) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, os.path.join(BENCH_DIR, script), "--quick", "--json", *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         timeout=TIMEOUT_S,
         cwd=ROOT,
+        env=bench_env(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
     report = json.loads(proc.stdout)
@@ -61,9 +77,11 @@ def check_latency(name: str, fig: dict[str, Any]) -> None:
     assert child is None or non_negative(child), (name, child)
 
 
+@pytest.mark.slow
 def test_spawn_latency_quick_reports_every_figure(tmp_path: Path) -> None:
     saved, svg = tmp_path / "run.json", tmp_path / "cdf.svg"
-    report = run_quick_json("spawn_latency.py", "--save", str(saved), "--plot", str(svg))
+    report = run_quick_json("spawn_latency.py", tmp_path, "--save", str(saved),
+                            "--plot", str(svg))
     assert json.loads(saved.read_text()) == report
     check_plot(svg, report)
     check_compare(saved, tmp_path)
@@ -174,16 +192,18 @@ def check_exec_block(block: dict[str, Any]) -> None:
         assert (t["value"] is None) == (t["status"] == "n/a"), (name, t)
 
 
+@pytest.mark.slow
 def test_spawn_latency_exec_block_alone(tmp_path: Path) -> None:
     """--exec-block runs that block only; --from renders its table."""
     saved = tmp_path / "exec.json"
-    report = run_quick_json("spawn_latency.py", "--exec-block", "--save", str(saved))
+    report = run_quick_json("spawn_latency.py", tmp_path, "--exec-block", "--save", str(saved))
     assert set(report) == {"meta", "exec_block"}
     assert report["exec_block"]["settings"]["n"] == 8
     check_exec_block(report["exec_block"])
     table = subprocess.run(
         [sys.executable, os.path.join(BENCH_DIR, "spawn_latency.py"), "--from", str(saved)],
         capture_output=True, text=True, timeout=TIMEOUT_S, check=True, cwd=tmp_path,
+        env=bench_env(tmp_path),
     ).stdout
     assert "exec /bin/true block" in table
     assert "exec_pool_cpu_vs_bwrap" in table
@@ -202,7 +222,7 @@ def check_plot(svg: Path, report: dict[str, Any]) -> None:
 def check_compare(saved: Path, tmp_path: Path) -> None:
     """--from a saved run, --compare against itself: every ratio is 1."""
     args = ["--from", str(saved), "--compare", str(saved)]
-    report = run_quick_json("spawn_latency.py", *args)
+    report = run_quick_json("spawn_latency.py", tmp_path, *args)
     ratios = report["compare"]["ratios"]
     seen = [r for fig in ratios["latency"].values() for r in fig.values() if r is not None]
     seen += [r for fig in ratios["throughput"].values() for r in fig.values() if r is not None]
@@ -213,14 +233,16 @@ def check_compare(saved: Path, tmp_path: Path) -> None:
     table = subprocess.run(
         [sys.executable, os.path.join(BENCH_DIR, "spawn_latency.py"), *args],
         capture_output=True, text=True, timeout=TIMEOUT_S, check=True, cwd=tmp_path,
+        env=bench_env(tmp_path),
     ).stdout
     assert "cold_c4_vs_old" in table
     assert "invocations/s at concurrency" in table
     assert "exec /bin/true block" in table
 
 
-def test_helper_steps_quick_reports_every_figure() -> None:
-    report = run_quick_json("helper_steps.py")
+@pytest.mark.slow
+def test_helper_steps_quick_reports_every_figure(tmp_path: Path) -> None:
+    report = run_quick_json("helper_steps.py", tmp_path)
     assert {"meta", "timeline", "leave_one_out", "imports", "parent_phases"} <= set(report)
 
     steps = {row["step"]: row for row in report["timeline"]}
@@ -261,16 +283,16 @@ def test_helper_steps_quick_reports_every_figure() -> None:
         assert non_negative(ms), (name, ms)
 
 
-def test_exit_chain_reports_every_step() -> None:
+@pytest.mark.slow
+def test_exit_chain_reports_every_step(tmp_path: Path) -> None:
     """benchmarks/exit_chain.py (root: it reads the kernel's trace) names
     every step of a prewarmed call, each with a non-negative time."""
-    import pytest
-
     if os.geteuid() != 0:
         pytest.skip("exit_chain.py reads tracefs, which needs root")
     proc = subprocess.run(
         [sys.executable, os.path.join(BENCH_DIR, "exit_chain.py"), "-n", "4", "--json"],
         stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT_S, cwd=ROOT,
+        env=bench_env(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
     report = json.loads(proc.stdout)
@@ -288,13 +310,14 @@ def test_exit_chain_reports_every_step() -> None:
 def _has_cpython_tests() -> bool:
     for python in ("/usr/bin/python3.11", sys.executable):
         done = subprocess.run([python, "-c", "import test.test_os"], capture_output=True,
-                              check=False) if os.path.exists(python) else None
+                              check=False, timeout=scaled(60)) if os.path.exists(python) else None
         if done is not None and done.returncode == 0:
             return True
     return False
 
 
-def test_cpython_os_tests_runs_one_module_each_way() -> None:
+@pytest.mark.slow
+def test_cpython_os_tests_runs_one_module_each_way(tmp_path: Path) -> None:
     """The CPython OS-test harness on one quick module (test_fcntl): in trunner
     and bare (and under bubblewrap where installed), each run gives unittest's
     summary, parsed: how many ran, how many failed or errored."""
@@ -305,7 +328,8 @@ def test_cpython_os_tests_runs_one_module_each_way() -> None:
     proc = subprocess.run(
         [sys.executable, os.path.join(BENCH_DIR, "cpython_os_tests.py"), "--modules",
          "test_fcntl", "--modes", modes, "--json"],
-        stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT_S, cwd=ROOT)
+        stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT_S, cwd=ROOT,
+        env=bench_env(tmp_path))
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
     outcomes = json.loads(proc.stdout)["outcomes"]
     assert [o["mode"] for o in outcomes] == modes.split(",")

@@ -19,12 +19,25 @@ from hypothesis import strategies as st
 
 import trunner.linux.kernel.install as install
 import trunner.linux.landlock as ll
+from conftest import landlock_abi_in_force, landlock_cap
+from support import TIME_SCALE, scaled
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(ll.__file__)))
 KERNEL_ABI = install.landlock_abi()
-needs_landlock = pytest.mark.skipif(
-    KERNEL_ABI < ll.KNOWN_ABI, reason=f"kernel Landlock ABI {KERNEL_ABI} < {ll.KNOWN_ABI}"
-)
+#: The ABI the jailed children below plan for: the kernel's, or the test run's
+#: cap (TRUNNER_TEST_LANDLOCK_ABI), at most KNOWN_ABI.
+ABI = landlock_abi_in_force()
+_CAP = landlock_cap()
+_WHOSE = f"the cap {_CAP}, kernel {KERNEL_ABI}" if _CAP is not None else "the kernel's"
+
+
+def needs(feature: str) -> pytest.MarkDecorator:
+    """Skip where the Landlock ABI in force lacks `feature` (one of ll.FEATURES)."""
+    since = {f.name: f.abi for f in ll.FEATURES}[feature]
+    return pytest.mark.skipif(
+        since > ABI, reason=f"Landlock ABI {ABI} ({_WHOSE}) lacks {feature} (ABI {since})")
+
+
 #: The ABIs a real restrict is tried at (each a cap below this kernel's).
 CAPPED_ABIS = [abi for abi in range(1, ll.KNOWN_ABI + 1) if abi <= KERNEL_ABI]
 
@@ -297,6 +310,7 @@ import trunner.linux.kernel.install as inst
 import trunner.linux.landlock as ll
 
 cfg = json.loads(sys.argv[1])
+SCALE = cfg["time_scale"]  # the test run's TRUNNER_TEST_TIME_SCALE, for every bound below
 
 
 def restrict_self(r):
@@ -374,7 +388,7 @@ attempt("dev_null_rw", lambda: write("/dev/null"))
 
 def tcp_connect(port):
     s = socket.socket()
-    s.settimeout(5)
+    s.settimeout(5 * SCALE)
     try:
         s.connect(("127.0.0.1", port))
         return "connected"
@@ -435,14 +449,14 @@ attempt("kill_self", lambda: os.kill(os.getpid(), 0))
 def kill_child():
     p = subprocess.Popen(["/bin/sleep", "30"])
     os.kill(p.pid, signal.SIGTERM)
-    return p.wait(timeout=10)
+    return p.wait(timeout=10 * SCALE)
 
 
 attempt("kill_child", kill_child)
 
 
 def run(argv, **kw):
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=30, **kw)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=30 * SCALE, **kw)
     return [p.returncode, p.stdout, p.stderr]
 
 
@@ -504,7 +518,7 @@ attempt("truncate_outside", lambda: os.truncate(cfg["victim"], 0))
 
 def tcp_connect(port):
     with socket.socket() as s:
-        s.settimeout(5)
+        s.settimeout(5 * SCALE)
         s.connect(("127.0.0.1", port))
         return "connected"
 
@@ -543,7 +557,7 @@ def _listener(family: int, addr: str | bytes | tuple[str, int]) -> socket.socket
 
 
 def _pending(s: socket.socket, timeout: float = 0.2) -> bool:
-    return bool(select.select([s], [], [], timeout)[0])
+    return bool(select.select([s], [], [], scaled(timeout))[0])
 
 
 def _free_port() -> int:
@@ -591,6 +605,8 @@ class Env:
             "free_port": _free_port(),
             "abstract": self.abstract_name,
             "parent_pid": os.getpid(),
+            "abi": ABI,
+            "time_scale": TIME_SCALE,
             **extra,
         }
 
@@ -599,7 +615,7 @@ class Env:
         return subprocess.run(
             [sys.executable, "-c", CHILD + checks, json.dumps(cfg)],
             cwd=REPO, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=60,
+            timeout=scaled(60),
         )
 
     def close(self) -> None:
@@ -636,7 +652,7 @@ def _err(res: Report, name: str) -> str | None:
     return err
 
 
-@needs_landlock
+@needs("filesystem")
 def test_outside_files_unreadable(jailed: Report) -> None:
     assert _err(jailed, "read_secret") == "EACCES"
     assert _err(jailed, "list_out") == "EACCES"
@@ -644,7 +660,7 @@ def test_outside_files_unreadable(jailed: Report) -> None:
     assert _err(jailed, "proc_self_root") == "EACCES"
 
 
-@needs_landlock
+@needs("filesystem")
 def test_writes_outside_jail_denied(jailed: Report, env: Env) -> None:
     for name in ("write_out", "write_tmp", "write_shm"):
         assert _err(jailed, name) == "EACCES", name
@@ -653,7 +669,7 @@ def test_writes_outside_jail_denied(jailed: Report, env: Env) -> None:
     assert set(os.listdir(env.out)) == {"secret", "dangling"}
 
 
-@needs_landlock
+@needs("refer")
 def test_jail_dir_is_writable(jailed: Report, env: Env) -> None:
     for name in ("write_jail", "mkdir_jail", "rename_in_jail", "link_in_jail",
                  "truncate_jail", "mkfifo_jail", "unlink_jail", "symlink_create"):
@@ -665,7 +681,7 @@ def test_jail_dir_is_writable(jailed: Report, env: Env) -> None:
         assert f.read() == "he"
 
 
-@needs_landlock
+@needs("filesystem")
 def test_device_nodes_denied_even_in_jail(jailed: Report, env: Env) -> None:
     # We run as root (CAP_MKNOD), so only Landlock's missing MAKE_CHAR stops this.
     if os.geteuid() == 0:
@@ -675,7 +691,7 @@ def test_device_nodes_denied_even_in_jail(jailed: Report, env: Env) -> None:
     assert not os.path.lexists(os.path.join(env.jail, "null"))
 
 
-@needs_landlock
+@needs("refer")
 def test_links_do_not_leak_outside(jailed: Report, env: Env) -> None:
     assert _err(jailed, "symlink_read") == "EACCES"
     assert _err(jailed, "hardlink_out_in") in ("EXDEV", "EACCES")
@@ -687,13 +703,13 @@ def test_links_do_not_leak_outside(jailed: Report, env: Env) -> None:
         assert f.read() == "top secret"
 
 
-@needs_landlock
+@needs("filesystem")
 def test_file_rules_work(jailed: Report) -> None:
     # /dev/null is a *file* rule with rw rights: only file bits may be passed to the kernel.
     assert jailed["dev_null_rw"] == {"ok": ""}
 
 
-@needs_landlock
+@needs("tcp")
 def test_tcp(jailed: Report, env: Env) -> None:
     assert _err(jailed, "connect_denied_port") == "EACCES"
     assert not jailed["_denied_pending"]
@@ -705,14 +721,14 @@ def test_tcp(jailed: Report, env: Env) -> None:
     assert _err(jailed, "bind_fixed") == "EACCES"
 
 
-@needs_landlock
+@needs("scope_abstract_unix_socket")
 def test_abstract_unix_socket_scoped(jailed: Report) -> None:
     assert _err(jailed, "abstract_connect") == "EPERM"
     assert not jailed["_abstract_pending"]
     assert jailed["abstract_own"] == {"ok": "ping"}
 
 
-@needs_landlock
+@needs("scope_signal")
 def test_signals_scoped(jailed: Report) -> None:
     assert _err(jailed, "kill_parent") == "EPERM"
     assert _err(jailed, "kill_init") == "EPERM"
@@ -720,22 +736,24 @@ def test_signals_scoped(jailed: Report) -> None:
     assert jailed["kill_child"] == {"ok": -signal.SIGTERM}
 
 
-@needs_landlock
+@needs("refer")
 def test_programs_still_run(jailed: Report, env: Env) -> None:
     assert jailed["echo"] == {"ok": [0, "hi\n", ""]}
     assert jailed["sh"]["ok"][:2] == [0, "from-sh\nd\nfifo\nsym\n"]
     assert jailed["sh_devnull"] == {"ok": [0, "ok\n", ""]}
     # the domain is inherited across execve(): a nested interpreter is jailed too
-    assert jailed["nested_python"]["ok"][:2] == [0, "42\nEACCES\nEPERM\n"]
+    # (its signal to the parent: refused from ABI 6, the signal scope)
+    signalled = "EPERM" if ABI >= 6 else "SIGNALLED"
+    assert jailed["nested_python"]["ok"][:2] == [0, f"42\nEACCES\n{signalled}\n"]
 
 
-@needs_landlock
+@needs("tcp")
 def test_no_connect_ports_means_no_connect(env: Env) -> None:
     p = env.run(
         'set_nnp(); restrict_self(plan())\n'
         'import socket\n'
         'addr = ("127.0.0.1", cfg["allowed_port"])\n'
-        'attempt("c", lambda: socket.create_connection(addr, 5).close())\n'
+        'attempt("c", lambda: socket.create_connection(addr, 5 * SCALE).close())\n'
         'print(json.dumps(results))\n',
         env.cfg(ports=[]),
     )
@@ -744,7 +762,7 @@ def test_no_connect_ports_means_no_connect(env: Env) -> None:
     assert not _pending(env.allowed)
 
 
-@needs_landlock
+@needs("filesystem")
 def test_errors_fail_closed_before_enforcing(env: Env) -> None:
     cfg = env.cfg()
     p = env.run(ERROR_CHECKS, cfg)
@@ -764,7 +782,7 @@ def test_errors_fail_closed_before_enforcing(env: Env) -> None:
     assert res["still_unrestricted"] == {"ok": "top secret"}
 
 
-@needs_landlock
+@needs("filesystem")
 def test_missing_path_kills_the_child(env: Env) -> None:
     cfg = env.cfg()
     p = env.run(MISSING_PATH_UNCAUGHT, cfg)

@@ -5,7 +5,9 @@ never a live owner's or another uid's."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -16,7 +18,7 @@ import pytest
 import trio
 
 from conftest import TESTS_DIR
-from support import is_alive, jailed_under, wait_until
+from support import is_alive, jailed_under, scaled, wait_until
 from trunner import Runner
 from trunner.cleanup import OWNER_DIR_PREFIX, owner_alive, owner_id
 from trunner.linux import cgroup
@@ -63,6 +65,28 @@ def _children_of(pid: int) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def _pidfds_of_children(pid: int) -> dict[int, int]:
+    """A pidfd on each child of `pid`, by pid: each opened, then checked to
+    be the child of `pid` still (not a process that took a pid that ended
+    between the listing and the open)."""
+    pidfds: dict[int, int] = {}
+    for child in _children_of(pid):
+        try:
+            pidfd = os.pidfd_open(child)
+        except ProcessLookupError:
+            continue  # ended since it was listed
+        if _ppid(child) == pid:
+            pidfds[child] = pidfd
+        else:
+            os.close(pidfd)
+    return pidfds
+
+
+def _exited(pidfd: int) -> bool:
+    """Whether the process of `pidfd` has exited (a pidfd polls readable then)."""
+    return bool(select.select([pidfd], [], [], 0)[0])
 
 
 def _ppid(pid: int) -> int | None:
@@ -122,15 +146,26 @@ async def test_killing_the_caller_and_its_children_together_leaves_nothing(
         assert owner_alive(owner_dir.name[len(OWNER_DIR_PREFIX):].rpartition("-")[0])
         assert len(_cgroups_of(caller.pid)) in (0, 3, 6)  # 0: not root; 3: cgroup v2
         seen = set(jailed_under(str(root)))
-        children = _children_of(caller.pid)
+        children = _pidfds_of_children(caller.pid)
         [watchdog] = _watchdogs_of(caller.pid)
         assert watchdog not in children
         assert _ppid(watchdog) != caller.pid
-        # As Ray ends a worker: the caller, then at once each direct child.
-        caller.kill()
-        for pid in children:
-            os.kill(pid, signal.SIGKILL)
-        await wait_until(lambda: caller.poll() is not None, 30, "the caller's exit")
+        try:
+            # As Ray ends a worker: the caller, then at once each direct child,
+            # through a pidfd: a child already reaped (the host's init reaps
+            # the caller's orphans) is not a failure, and its pid, if reused,
+            # is never hit.
+            caller.kill()
+            for pidfd in children.values():
+                with contextlib.suppress(ProcessLookupError):  # it has exited already
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            await wait_until(lambda: caller.poll() is not None, 30, "the caller's exit")
+            await wait_until(lambda: all(_exited(fd) for fd in children.values()), 30,
+                             lambda: "the caller's children's exit (alive: "
+                             f"{[p for p, fd in children.items() if not _exited(fd)]})")
+        finally:
+            for pidfd in children.values():
+                os.close(pidfd)
         start = trio.current_time()
         await wait_until(lambda: not _left(root, caller.pid, seen), GONE_WITHIN_S,
                          lambda: f"nothing left (left: {_left(root, caller.pid, seen)})")
@@ -231,7 +266,7 @@ def test_a_new_runner_sweeps_dead_owners_leftovers_only(
         for owner_dir in (p for p in kept if p.is_relative_to(root)):
             assert (owner_dir / "0123456789abcdef" / "deep" / "file").read_text() == "left"
         if sleeper is not None:
-            assert sleeper.wait(timeout=30) == -signal.SIGKILL
+            assert sleeper.wait(timeout=scaled(30)) == -signal.SIGKILL
     finally:
         if sleeper is not None and sleeper.poll() is None:
             sleeper.kill()

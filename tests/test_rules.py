@@ -15,9 +15,10 @@ import blake3
 import msgspec
 import pytest
 
-from conftest import TESTS_DIR, child_pids
-from support import plan_for, run_code
+from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
+from support import plan_for, run_code, scaled
 from trunner import Limits, Reason, Runner, RunnerError, provider_profile_template_blake3
+from trunner.linux import landlock
 from trunner.linux.backend import LinuxBackend
 from trunner.linux.probe import probe_host
 from trunner.linux.profile import DEFAULT_PROFILE, PROVIDER_TEMPLATE, provider_profile
@@ -35,13 +36,34 @@ def version(limits: Limits | None = None, **backend: Any) -> str:
     return effective_rules_version(LinuxBackend("trunner-worker", **backend), limits or Limits())
 
 
+#: The lowest Landlock ABI a jail sharing the host network is planned at (its
+#: TCP port rules, ABI 4, and abstract socket scope, ABI 6). The version of
+#: such a profile is computed there (a pure plan: the same on any host); the
+#: kernel's ABI would refuse it below.
+HOST_NETWORK_ABI = max(f.abi for f in landlock.FEATURES
+                       if f.name in landlock.HOST_NETWORK_FEATURES)
+
+
+def provider_skip_reason() -> str | None:
+    """Why a provider (host network) jail cannot run at the Landlock ABI in
+    force, naming the feature it lacks; None where it can."""
+    abi = landlock_abi_in_force()
+    lacking = landlock.host_network_shortfall(abi)
+    if lacking is None:
+        return None
+    return (f"the provider profile needs Landlock {lacking.name} (ABI {lacking.abi}); the ABI"
+            f" in force is {abi} (its refusal: test_provider_needs_landlock_abi_6_and_says_why"
+            "_before_spawn)")
+
+
 def test_same_inputs_same_version_in_two_processes() -> None:
     code = (
         "from trunner.linux.backend import LinuxBackend; from trunner.limits import Limits;"
         "from trunner.rules import effective_rules_version as v;"
         "print(v(LinuxBackend('trunner-worker'), Limits()))"
     )
-    other = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                           timeout=scaled(60))
     assert other.stdout.decode().strip() == version()
 
 
@@ -61,7 +83,7 @@ def test_a_checkout_elsewhere_has_the_same_version(parent: str) -> None:
             "print(v(LinuxBackend('trunner-worker'), Limits()))"
         )
         other = subprocess.run([sys.executable, "-c", code, str(where)], capture_output=True,
-                               timeout=60)
+                               timeout=scaled(60))
         assert other.returncode == 0, other.stderr
         assert other.stdout.decode().strip() == version()
     finally:
@@ -95,7 +117,9 @@ def test_each_profile_field_changes_the_version(field: str) -> None:
         # Enforced (Landlock's TCP rules) only where the host network is shared.
         base = msgspec.structs.replace(DEFAULT_PROFILE, namespaces=PROFILE_CHANGES["namespaces"])
     changed = msgspec.structs.replace(base, **{field: PROFILE_CHANGES[field]})
-    assert version(profile=changed) != version(profile=base)
+    # Without a network namespace the plan needs Landlock's host-network features.
+    abi = HOST_NETWORK_ABI if "net" not in changed.namespaces else None
+    assert version(profile=changed, landlock_abi=abi) != version(profile=base, landlock_abi=abi)
 
 
 def test_ports_are_not_hashed_where_nothing_enforces_them() -> None:
@@ -126,10 +150,10 @@ def test_each_limits_field_changes_the_version(field: str) -> None:
 
 def test_import_paths_and_provider_change_the_version() -> None:
     assert version(import_paths=(TESTS_DIR,)) != version()
-    assert version(profile=provider_profile({"ports": [443]})) != version()
-    assert version(profile=provider_profile({"ports": [443]})) != version(
-        profile=provider_profile({"ports": [8443]})
-    )
+    abi = HOST_NETWORK_ABI  # the provider's plan needs it: see HOST_NETWORK_ABI
+    provider = version(profile=provider_profile({"ports": [443]}), landlock_abi=abi)
+    assert provider != version(landlock_abi=abi)
+    assert provider != version(profile=provider_profile({"ports": [8443]}), landlock_abi=abi)
 
 
 def test_template_digest_is_blake3_of_the_shipped_file() -> None:
@@ -188,9 +212,13 @@ def _listen() -> socket.socket:
 
 
 async def test_provider_connects_to_allowed_port_only(jail_root: Path) -> None:
+    """Landlock's TCP port rules (ABI 4) in the host network: the allowed port
+    connects, any other is refused (EACCES) and its listener sees nothing."""
+    if (reason := provider_skip_reason()) is not None:
+        pytest.skip(reason)
     with _listen() as allowed, _listen() as other:
         ports = [allowed.getsockname()[1], other.getsockname()[1]]
-        runner = Runner(
+        runner = make_runner(
             temp_root=str(jail_root), import_paths=[TESTS_DIR], provider={"ports": ports[:1]}
         )
         result = await run_code(runner, CONNECT.replace("PORTS", repr(ports)))
@@ -214,7 +242,10 @@ async def test_default_profile_connects_nowhere(runner: Runner) -> None:
 
 
 async def test_provider_still_denies_udp_unix_and_bind(jail_root: Path) -> None:
-    runner = Runner(temp_root=str(jail_root), import_paths=[TESTS_DIR], provider={"ports": [9]})
+    if (reason := provider_skip_reason()) is not None:
+        pytest.skip(reason)
+    runner = make_runner(temp_root=str(jail_root), import_paths=[TESTS_DIR],
+                         provider={"ports": [9]})
     result = await run_code(runner, """
         import socket
         result = attempt(lambda: socket.socket().bind(("127.0.0.1", 0)))
@@ -236,9 +267,24 @@ def test_provider_needs_landlock_abi_6_and_says_why_before_spawn(
 ) -> None:
     """The provider shares the host network: no namespace covers TCP ports (ABI 4)
     or abstract sockets (ABI 6) there. Below, `Runner()` refuses, naming the
-    feature, and the pure plan refuses too."""
+    feature, and the pure plan refuses too. A cap above the kernel's ABI is
+    refused first, for either profile, naming the kernel's."""
     profile = provider_profile({"ports": [443]})
+    if missing is not None:  # a pure plan: the same on any host
+        with pytest.raises(ValueError, match=f"needs {missing}"):
+            plan_for(Limits(), probe_host(), profile, landlock_abi=abi)
     backend = LinuxBackend("trunner-worker", profile=profile, landlock_abi=abi)
+    default = LinuxBackend("trunner-worker", landlock_abi=abi)
+    kernel = probe_host().landlock_abi
+    if abi > kernel:
+        for refused in (backend, default):
+            with pytest.raises(RunnerError) as info:
+                Runner(temp_root=str(jail_root), backend=refused)
+            assert info.value.reason is Reason.SANDBOX_SETUP
+            assert info.value.detail == f"landlock: ABI {abi} asked, the kernel has {kernel}"
+        assert child_pids() == []
+        pytest.skip(f"the kernel's Landlock ABI is {kernel}: a Runner capped at ABI {abi}"
+                    " is refused as such (asserted), not for the provider's features")
     if missing is None:
         Runner(temp_root=str(jail_root), backend=backend)
         return
@@ -248,15 +294,15 @@ def test_provider_needs_landlock_abi_6_and_says_why_before_spawn(
     assert info.value.detail.startswith("provider profile: landlock: ")
     assert f"needs {missing} (" in info.value.detail
     assert child_pids() == []
-    with pytest.raises(ValueError, match=f"needs {missing}"):
-        plan_for(Limits(), probe_host(), profile, landlock_abi=abi)
     # The default profile has its own network namespace: it runs at that ABI.
-    Runner(temp_root=str(jail_root), backend=LinuxBackend("trunner-worker", landlock_abi=abi))
+    Runner(temp_root=str(jail_root), backend=default)
 
 
 @pytest.mark.parametrize("abi", [1, 2, 3, 4, 5, 6])
 def test_the_abi_in_force_is_in_the_version(abi: int) -> None:
-    assert version(landlock_abi=abi) != version()
+    """A cap changes the version, but where it is the kernel's own ABI."""
+    kernel = min(probe_host().landlock_abi, landlock.KNOWN_ABI)
+    assert (version(landlock_abi=abi) == version()) == (abi == kernel)
     ruleset = LinuxBackend("trunner-worker", landlock_abi=abi).rules_document(Limits())[
         "plan"]["landlock"]
     assert ruleset["abi"] == abi

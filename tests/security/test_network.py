@@ -19,9 +19,9 @@ import trio
 from test_filesystem import HOLD, _ready_jails, while_held
 
 from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
-from support import run_code, wait_until
+from support import run_code, scaled, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
-from trunner.linux import sockets
+from trunner.linux import landlock, sockets
 from trunner.linux.backend import LinuxBackend
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ async def test_tcp_to_test_listener_on_loopback(runner: Runner) -> None:
         result = await run_code(runner, f"""
             import socket
             result = attempt(lambda: socket.create_connection(("127.0.0.1", {port}),
-                                                              timeout=2).sendall(b"pwn"))
+                                                              timeout={scaled(2)}).sendall(b"pwn"))
         """)
         assert result == "ECONNREFUSED"
         _nothing_accepted(listener)
@@ -84,7 +84,8 @@ async def test_ipv6_tcp_to_test_listener(runner: Runner) -> None:
         port = listener.getsockname()[1]
         result = await run_code(runner, f"""
             import socket
-            result = attempt(lambda: socket.create_connection(("::1", {port}), timeout=2))
+            result = attempt(lambda: socket.create_connection(("::1", {port}),
+                                                              timeout={scaled(2)}))
         """)
         # The run's own ::1 refuses; without IPv6 in its namespace there is no route.
         assert result in ("ECONNREFUSED", "EADDRNOTAVAIL", "ENETUNREACH"), result
@@ -219,9 +220,9 @@ result = [len(ready), signals]
 
 TRYING = """
 import socket
-port, name = {port}, {name!r}
+port, name, bound = {port}, {name!r}, {bound}
 def tcp():
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=bound) as s:
         s.sendall(b"from B")
 def unix():
     with socket.socket(socket.AF_UNIX) as s:
@@ -255,7 +256,8 @@ async def test_two_runs_cannot_reach_each_others_loopback_or_abstract_names(
         nursery.start_soon(run_a)
         ready = await wait_until(_ready_jails, 15, "run A's `ready`")
         try:
-            out["b"] = await run_code(runner, TRYING.format(port=port, name=name))
+            out["b"] = await run_code(runner, TRYING.format(port=port, name=name,
+                                                            bound=scaled(2)))
         finally:
             os.kill(ready[0], signal.SIGUSR1)
     # B: TCP refused by its own loopback, the abstract name not in its namespace,
@@ -389,11 +391,20 @@ def test_provider_runs_only_where_landlock_covers_the_host_network(jail_root: Pa
     assert child_pids() == []
 
 
+def skip_where_the_provider_is_refused() -> None:
+    """Skip, naming the Landlock feature the ABI in force lacks, where the provider
+    profile is refused (as test_provider_runs_only_where_landlock_covers_the_host_network
+    asserts)."""
+    abi = landlock_abi_in_force()
+    lacking = landlock.host_network_shortfall(abi)
+    if lacking is not None:
+        pytest.skip(f"the provider profile needs Landlock {lacking.name} (ABI {lacking.abi}):"
+                    f" the ABI in force is {abi}")
+
+
 @pytest.fixture
 def provider(jail_root: Path) -> Runner:
-    if landlock_abi_in_force() < 6:
-        # Asserted by test_provider_runs_only_where_landlock_covers_the_host_network.
-        pytest.skip(f"the provider profile is refused at Landlock ABI {landlock_abi_in_force()}")
+    skip_where_the_provider_is_refused()
     return _provider(jail_root)
 
 
@@ -496,9 +507,9 @@ with open("ports.tmp", "w") as f:
     json.dump([s.getsockname()[1] for s in listening], f)
 os.rename("ports.tmp", "ports")
 if listening:  # give the host its chance (bounded): a connection would be accepted
-    ready = select.select(listening, [], [], 10)[0]
+    ready = select.select(listening, [], [], BOUND)[0]
     result["accepted"] = [s.accept()[1][1] for s in ready]
-"""
+""".replace("BOUND", repr(scaled(10)))
 
 
 async def test_provider_cannot_listen(provider: Runner, jail_root: Path) -> None:
@@ -519,7 +530,7 @@ async def test_provider_cannot_listen(provider: Runner, jail_root: Path) -> None
                 ports |= {listening[i] for i in _socket_inodes(pid) if i in listening}
             for port in sorted(ports - set(connects)):
                 with socket.socket() as s:
-                    s.settimeout(5)
+                    s.settimeout(scaled(5))
                     connects[port] = errno.errorcode.get(s.connect_ex(("127.0.0.1", port)))
             await trio.sleep(0.01)
 
@@ -536,9 +547,7 @@ async def test_provider_cannot_bind_an_abstract_name(jail_root: Path) -> None:
     live: a socketpair's end bound to one would hold it (a host service binding it
     then fails EADDRINUSE). Landlock's abstract scope covers connect, not bind; the
     filter denies bind (EPERM). While the child lives, the host binds that name."""
-    if landlock_abi_in_force() < 6:
-        # Asserted by test_provider_runs_only_where_landlock_covers_the_host_network.
-        pytest.skip(f"the provider profile is refused at Landlock ABI {landlock_abi_in_force()}")
+    skip_where_the_provider_is_refused()
     provider = make_runner(import_paths=[TESTS_DIR], temp_root=str(jail_root),
                            provider={"ports": [PROVIDER_PORT]}, limits=Limits(wall_time_s=20.0))
     name = b"\0trunner-test-%d-%s" % (os.getpid(), os.urandom(8).hex().encode())
