@@ -65,8 +65,11 @@ def cgroup_dirs() -> set[str]:
     if limit is None or limit.kind != "pids_cgroup":
         return set()
     base = Path(limit.cgroup_base, cgroup.DIR_NAME)
-    # Only this process's: cgroup names start with the parent's pid.
-    mine = f"{os.getpid()}-"
+    # Only this process's: cgroup names start with its owner id (pid, start
+    # time, PID namespace: another trunner may have had this pid).
+    from trunner.cleanup import owner_id
+
+    mine = f"{owner_id()}-"
     return {p.name for p in base.glob(mine + "*") if p.is_dir()} if base.is_dir() else set()
 
 
@@ -146,8 +149,12 @@ def make_runner(
 def runner(jail_root: Path) -> Runner:
     from trunner import Limits
 
+    from support import scaled
+
+    # A safety cap, not what a test measures: a slow host gets more.
     return make_runner(
-        import_paths=[TESTS_DIR], temp_root=str(jail_root), limits=Limits(wall_time_s=20.0)
+        import_paths=[TESTS_DIR], temp_root=str(jail_root),
+        limits=Limits(wall_time_s=scaled(20.0)),
     )
 
 

@@ -290,13 +290,18 @@ def zombies_of(uid: int) -> list[int]:
 
 
 def uid_settled() -> bool:
-    """Not root, the process limit is RLIMIT_NPROC = the uid's tasks at spawn
-    + processes - 1. An orphan left by an earlier test stays a zombie until
-    init reaps it (up to ~2 s on this host): it is counted at spawn and frees
-    a slot when reaped mid-run. Settled: the uid has no zombie, so that a
-    bound the test asserts is this run's own (wait for it). Root: a per-run
-    pids cgroup, always settled."""
-    return os.getuid() == 0 or not zombies_of(os.getuid())
+    """Where the process limit is RLIMIT_NPROC (`rlimit_nproc`: not root,
+    before Linux 5.14), it is the uid's tasks at spawn + processes - 1. An
+    orphan left by an earlier test stays a zombie until init reaps it (up to
+    ~2 s on this host): it is counted at spawn and frees a slot when reaped
+    mid-run. Settled: the uid has no zombie, so that a bound the test asserts
+    is this run's own (wait for it). Elsewhere (a per-run pids cgroup as root,
+    a per-user-namespace count) each run is bounded on its own: always
+    settled, whatever other runs of the uid leave."""
+    from trunner.linux.probe import probe_host
+
+    limit = probe_host().process_limit
+    return limit is None or limit.kind != "rlimit_nproc" or not zombies_of(os.getuid())
 
 
 def jailed_under(root: str) -> list[int]:
