@@ -147,9 +147,8 @@ def make_runner(
 
 @pytest.fixture
 def runner(jail_root: Path) -> Runner:
-    from trunner import Limits
-
     from support import scaled
+    from trunner import Limits
 
     # A safety cap, not what a test measures: a slow host gets more.
     return make_runner(
