@@ -304,6 +304,35 @@ def uid_settled() -> bool:
     return limit is None or limit.kind != "rlimit_nproc" or not zombies_of(os.getuid())
 
 
+def owner_of(pid: int) -> str:
+    """The owner id (`trunner.cleanup.owner_id`: pid, start time, PID
+    namespace) that names the jail dirs and run cgroups of the live process
+    `pid`, read while it lives: once it is reaped its pid may be another
+    trunner's (another test run's, beside this one)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return f"{pid}-{fields[19]}-{os.stat('/proc/self/ns/pid').st_ino}"
+
+
+def run_cgroup_parents(controllers: Sequence[str] = ("pids", "memory")) -> list[Path]:
+    """The dirs run cgroups go in (`trunner/` under the bases of
+    `controllers`: one for both on cgroup v2); [] where runs get none (not
+    root)."""
+    from trunner.linux import cgroup
+    from trunner.linux.probe import probe_host
+
+    host = probe_host()
+    limit = host.process_limit
+    bases = {"pids": limit.cgroup_base if limit is not None and limit.kind == "pids_cgroup"
+             else "", "memory": host.memory_cgroup_base if host.is_root else ""}
+    return list(dict.fromkeys(Path(bases[c], cgroup.DIR_NAME) for c in controllers if bases[c]))
+
+
+def run_cgroups_of(owner: str, controllers: Sequence[str] = ("pids", "memory")) -> list[str]:
+    """The run cgroups `owner` holds (see `run_cgroup_parents`)."""
+    return [str(p) for parent in run_cgroup_parents(controllers) if parent.is_dir()
+            for p in parent.glob(f"{owner}-*")]
+
+
 def jailed_under(root: str) -> list[int]:
     """Live processes whose cwd is (or was, if removed) a jail dir under `root`
     (the helpers and their jails' pid 1), and every live process in those

@@ -24,10 +24,17 @@ import trio
 import trunner.backend
 import trunner.invocation
 from conftest import TESTS_DIR, child_pids, open_fds
-from support import group_alive, is_alive, jail_pid, jailed_under, scaled, wait_until
+from support import (
+    group_alive,
+    is_alive,
+    jail_pid,
+    jailed_under,
+    owner_of,
+    run_cgroups_of,
+    scaled,
+    wait_until,
+)
 from trunner import Limits, Reason, Runner, RunnerError
-from trunner.linux import cgroup
-from trunner.linux.probe import probe_host
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -227,27 +234,10 @@ def _jailed_under(root: Path) -> list[int]:
     return jailed_under(str(root))
 
 
-def _owner_of(parent: subprocess.Popen[bytes]) -> str:
-    """The owner id (`trunner.cleanup.owner_id`: pid, start time, PID
-    namespace) that names `parent`'s cgroups; read while it lives. Not its
-    pid alone: once it is reaped, its pid may be another trunner's (another
-    test run's, beside this one), whose cgroups are not this test's."""
-    fields = Path(f"/proc/{parent.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return f"{parent.pid}-{fields[19]}-{os.stat('/proc/self/ns/pid').st_ino}"
-
-
-def _cgroups_of(owner: str) -> list[str]:
-    limit = probe_host().process_limit
-    if limit is None or limit.kind != "pids_cgroup":
-        return []
-    base = Path(limit.cgroup_base, cgroup.DIR_NAME)
-    return [p.name for p in base.glob(f"{owner}-*")] if base.is_dir() else []
-
-
 def _left_by(owner: str, root: Path, seen: list[int]) -> list[str]:
     """What of the runs of the parent `owner` is still on the host ([] = nothing)."""
     left = [f"process {p}" for p in {*seen, *_jailed_under(root)} if is_alive(p)]
-    left += [f"cgroup {c}" for c in _cgroups_of(owner)]
+    left += [f"cgroup {c}" for c in run_cgroups_of(owner, ("pids",))]
     # os.walk, not rglob: it skips what goes while it lists (the watchdog removes it).
     return left + [f"dir {os.path.relpath(os.path.join(top, name), root)}"
                    for top, dirs, files in os.walk(root) for name in dirs + files]
@@ -309,11 +299,11 @@ async def test_sigkilled_parent_mid_run_leaves_nothing(
     root.mkdir()
     parent = _start_parent(root, code, copies)
     try:
-        owner = _owner_of(parent)
+        owner = owner_of(parent.pid)
         jailed = await _wait_for_runs(parent, root, expected)
         [owner_dir] = root.iterdir()  # the parent's: its jail dirs are in it
         assert len(list(owner_dir.iterdir())) == copies
-        assert len(_cgroups_of(owner)) in (0, copies)  # 0: not root
+        assert len(run_cgroups_of(owner, ("pids",))) in (0, copies)  # 0: not root
         parent.kill()
         took = await _ends_clean(parent, owner, root, jailed)
         print(f"nothing left {1000 * took:.0f} ms after the parent was reaped")
@@ -339,7 +329,7 @@ async def test_signalled_parent_mid_run_leaves_nothing(
     root.mkdir()
     parent = _start_parent(root, FORK_THEN_SLEEP, 3, handle_signals)
     try:
-        owner = _owner_of(parent)
+        owner = owner_of(parent.pid)
         jailed = await _wait_for_runs(parent, root, 9)
         parent.send_signal(sig)
         await _ends_clean(parent, owner, root, jailed)
@@ -388,7 +378,7 @@ async def test_sigkilled_parent_at_a_random_moment_of_a_busy_loop(
         [sys.executable, "-c", script], stderr=subprocess.PIPE
     )
     try:
-        owner = _owner_of(parent)
+        owner = owner_of(parent.pid)
 
         def running() -> bool:
             assert parent.poll() is None, parent.stderr.read() if parent.stderr else ""

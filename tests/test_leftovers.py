@@ -18,11 +18,17 @@ import pytest
 import trio
 
 from conftest import TESTS_DIR
-from support import is_alive, jailed_under, scaled, wait_until
+from support import (
+    is_alive,
+    jailed_under,
+    owner_of,
+    run_cgroup_parents,
+    run_cgroups_of,
+    scaled,
+    wait_until,
+)
 from trunner import Runner
 from trunner.cleanup import OWNER_DIR_PREFIX, owner_alive, owner_id
-from trunner.linux import cgroup
-from trunner.linux.probe import probe_host
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -42,19 +48,6 @@ async def main():
         await pool.exec([sys.executable, "-c", "import time; time.sleep(1000)", {marker!r}])
 trio.run(main)
 """
-
-
-def _cgroup_parents() -> list[Path]:
-    host = probe_host()
-    limit = host.process_limit
-    bases = [limit.cgroup_base if limit is not None and limit.kind == "pids_cgroup" else "",
-             host.memory_cgroup_base if host.is_root else ""]
-    return [Path(b, cgroup.DIR_NAME) for b in dict.fromkeys(bases) if b]
-
-
-def _cgroups_of(pid: int) -> list[str]:
-    return [str(p) for parent in _cgroup_parents() if parent.is_dir()
-            for p in parent.glob(f"{pid}-*")]
 
 
 def _children_of(pid: int) -> list[int]:
@@ -103,17 +96,17 @@ def _argv(pid: int) -> list[str]:
         return []
 
 
-def _watchdogs_of(pid: int) -> list[int]:
-    """The watchdogs whose argv names `pid` as their owner."""
+def _watchdogs_of(owner: str) -> list[int]:
+    """The watchdogs whose argv names `owner` (an owner id) as their owner."""
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
             and any(a.endswith("watchdog.py") for a in _argv(int(p.name)))
-            and any(a.startswith(f"{pid}-") for a in _argv(int(p.name)))]
+            and owner in _argv(int(p.name))]
 
 
-def _left(root: Path, caller: int, seen: set[int]) -> list[str]:
+def _left(root: Path, caller: str, seen: set[int]) -> list[str]:
     """What of `caller`'s runs is still on the host ([] = nothing)."""
     left = [f"process {p}" for p in seen | set(jailed_under(str(root))) if is_alive(p)]
-    left += [f"cgroup {c}" for c in _cgroups_of(caller)]
+    left += [f"cgroup {c}" for c in run_cgroups_of(caller)]
     # os.walk, not rglob: it skips what goes while it lists (the watchdog removes it).
     return left + [f"dir {os.path.relpath(os.path.join(top, name), root)}"
                    for top, dirs, files in os.walk(root) for name in dirs + files]
@@ -133,6 +126,7 @@ async def test_killing_the_caller_and_its_children_together_leaves_nothing(
     script = CALLER.format(root=str(root), marker=MARKER)
     caller = subprocess.Popen(  # noqa: ASYNC220  a plain Popen, killed and polled
         [sys.executable, "-c", script], stderr=subprocess.PIPE)
+    owner = owner_of(caller.pid)
     try:
         def ready() -> bool:
             assert caller.poll() is None, caller.stderr.read() if caller.stderr else ""
@@ -143,11 +137,12 @@ async def test_killing_the_caller_and_its_children_together_leaves_nothing(
         await wait_until(ready, 60, "3 jail dirs and the sleep running")
         [owner_dir] = root.iterdir()
         assert owner_dir.name.startswith(f"{OWNER_DIR_PREFIX}{caller.pid}-")
-        assert owner_alive(owner_dir.name[len(OWNER_DIR_PREFIX):].rpartition("-")[0])
-        assert len(_cgroups_of(caller.pid)) in (0, 3, 6)  # 0: not root; 3: cgroup v2
+        assert owner_dir.name[len(OWNER_DIR_PREFIX):].rpartition("-")[0] == owner
+        assert owner_alive(owner)
+        assert len(run_cgroups_of(owner)) in (0, 3, 6)  # 0: not root; 3: cgroup v2
         seen = set(jailed_under(str(root)))
         children = _pidfds_of_children(caller.pid)
-        [watchdog] = _watchdogs_of(caller.pid)
+        [watchdog] = _watchdogs_of(owner)
         assert watchdog not in children
         assert _ppid(watchdog) != caller.pid
         try:
@@ -167,8 +162,8 @@ async def test_killing_the_caller_and_its_children_together_leaves_nothing(
             for pidfd in children.values():
                 os.close(pidfd)
         start = trio.current_time()
-        await wait_until(lambda: not _left(root, caller.pid, seen), GONE_WITHIN_S,
-                         lambda: f"nothing left (left: {_left(root, caller.pid, seen)})")
+        await wait_until(lambda: not _left(root, owner, seen), GONE_WITHIN_S,
+                         lambda: f"nothing left (left: {_left(root, owner, seen)})")
         print(f"nothing left {1000 * (trio.current_time() - start):.0f} ms after the caller")
         assert list(root.iterdir()) == []
         # Its work done, the watchdog exits.
@@ -179,7 +174,7 @@ async def test_killing_the_caller_and_its_children_together_leaves_nothing(
         caller.wait()
         assert caller.stderr is not None
         caller.stderr.close()
-        for path in _cgroups_of(caller.pid):  # so that a failure leaves nothing
+        for path in run_cgroups_of(owner):  # so that a failure leaves nothing
             os.rmdir(path)
 
 
@@ -246,7 +241,7 @@ def test_a_new_runner_sweeps_dead_owners_leftovers_only(
     link.symlink_to(target)
     # Run cgroups (as root): a dead owner's holding a live process, a live owner's.
     sleeper = None
-    for parent in _cgroup_parents():
+    for parent in run_cgroup_parents():
         parent.mkdir(exist_ok=True)
         for owner in (dead, reused, me):
             path = parent / f"{owner}-{os.urandom(16).hex()}"
