@@ -19,7 +19,7 @@ import trio
 
 import trunner.linux.forkclient
 from conftest import TESTS_DIR, child_pids
-from support import host_children, is_alive, jailed_under, wait_until
+from support import host_children, is_alive, jailed_under, scaled, wait_until
 from trunner import Limits, Reason, RunnerError, invocation
 from trunner.linux.forkserver import RUN_FDS
 
@@ -92,12 +92,15 @@ async def test_the_server_holds_its_channel_and_one_thread_across_a_pool_life(
         assert server is not None
         _check_server(server)
         assert _stat(server)[3] == str(server)  # a session of its own
+        checks = 0
         async with trio.open_nursery() as nursery:
             for i in range(6):
                 nursery.start_soon(pool.run, i)
-            for _ in range(20):  # while runs are forked and served
+            while nursery.child_tasks:  # at any moment while runs are forked and served
                 _check_server(server, idle=False)
-                await trio.sleep(0.005)
+                checks += 1
+                await trio.sleep(0.005)  # (a sampling pace, not a wait for something)
+        assert checks > 0
         _check_server(server)
         assert _server(pool).pid == server
         assert _server(pool).starts == 1
@@ -429,30 +432,41 @@ async def test_a_server_killed_with_a_request_fails_it_and_the_next_starts_anew(
                 e.detail), e.detail
             assert spawner.losses == 1
         else:
-            assert outcome == "lost"  # it answered first: the leader is ours, it runs on
-        assert child_pids() == []  # no leader left: reaped, or never forked
+            # It answered first: the leader is ours, it runs on; the killed
+            # server is reaped by the next request, not at once.
+            assert outcome == "lost"
+        assert [p for p in child_pids() if p != first] == []  # no leader left
         assert (await call("after")).response == "after"
         assert spawner.starts == 2
         assert spawner.pid != first
 
 
 async def _through_kills(call: Callable[..., Any], sent: list[Any], hook: Any, n: int,
-                         killed: list[int]) -> dict[str, int]:
+                         killed: list[int], spawner: ForkServer) -> dict[str, int]:
     """`n` calls, each with `hook` on its send (which kills the server and
-    appends its pid to `killed`): each runs or fails `spawn_failed`, and no
-    leader is left. A server that answered before it was killed is reaped by
-    the next request (or the close), not at once."""
-    outcomes: dict[str, int] = {}
+    appends its pid to `killed`): each runs or fails `spawn_failed` (the
+    server lost with it), and no leader is left. A server that answered
+    before it was killed is reaped by the next request (or the close), not
+    at once. Which of the two each call gets is the race's (the host's
+    load), not trunner's: the counts are returned to print, and what holds
+    of them whatever they are is checked here."""
+    outcomes = {"ran": 0, "spawn_failed": 0}
     for i in range(n):
         sent.append(hook)
         try:
             assert (await call(i)).response == i
-            outcomes["ran"] = outcomes.get("ran", 0) + 1
+            outcomes["ran"] += 1
         except RunnerError as e:
             assert e.reason is Reason.SPAWN_FAILED, e  # noqa: PT017  either outcome
-            outcomes["spawn_failed"] = outcomes.get("spawn_failed", 0) + 1
+            assert "the fork server was killed by signal 9 before it started the run" in (  # noqa: PT017
+                e.detail), e.detail
+            outcomes["spawn_failed"] += 1
         assert [p for p in child_pids() if p != killed[-1]] == [], outcomes
-        assert not is_alive(killed[-1])
+        await wait_until(lambda: not is_alive(killed[-1]), 10, f"server {killed[-1]} dead")
+    assert len(killed) == n  # each call was sent to a server and killed it...
+    assert spawner.starts == n  # ...so each call started a new one
+    assert spawner.losses == outcomes["spawn_failed"]  # each failure is a server lost with it
+    assert spawner.strays <= outcomes["spawn_failed"]  # a stray is a failed call's leader
     return outcomes
 
 
@@ -477,7 +491,7 @@ async def test_a_server_killed_at_random_moments_leaves_no_leader(
 
     spawner, call = _fork_server(runner, "echo")
     async with spawner:
-        outcomes = await _through_kills(call, sent, then_kill, 8, killed)
+        outcomes = await _through_kills(call, sent, then_kill, 8, killed, spawner)
     print(outcomes, f"strays reaped: {spawner.strays}")
 
 
@@ -493,17 +507,18 @@ async def test_a_server_killed_once_it_forked_leaves_no_leader(
         before = set(child_pids())
         n = real(sock, buffers, fds)
         start = time.monotonic()
-        while not set(child_pids()) - before and time.monotonic() - start < 5:
+        while not set(child_pids()) - before and time.monotonic() - start < scaled(5):
             pass
         os.kill(server, signal.SIGKILL)
         return n
 
     spawner, call = _fork_server(runner, "echo")
     async with spawner:
-        ran = (await _through_kills(call, sent, kill_at_fork, 10, killed)).get("ran", 0)
-        strays = spawner.strays
-    print(f"{strays} strays reaped, {ran} ran, of 10")
-    assert strays >= 1  # the path is taken: here 10 of 10 (the answer comes after the fork)
+        outcomes = await _through_kills(call, sent, kill_at_fork, 10, killed, spawner)
+    # How many leaders were strays (the server killed before its answer) is
+    # the race's: 10 of 10 on a quiet host, fewer on a loaded one, where the
+    # answer often goes out before the kill lands and the run goes on.
+    print(f"{spawner.strays} strays reaped, {outcomes['ran']} ran, of 10")
 
 
 async def test_a_server_dead_between_runs_is_replaced(runner: Runner) -> None:
@@ -520,16 +535,24 @@ async def test_a_server_dead_between_runs_is_replaced(runner: Runner) -> None:
 
 
 async def test_200_cancellations_at_random_points_leak_nothing(runner: Runner) -> None:
+    """A run cancelled at any point ends as a cancellation (never another
+    error), costs the pool neither its server nor its size, and leaves
+    nothing (no_leaks). How many of the 200 finish first is the host's
+    speed against the random delays (0 on a loaded host is as right as 200
+    on a fast one): printed, not asserted."""
     rng = random.Random(22)
     done = 0
     async with runner.pool("exec", size=2) as pool:
         for _ in range(200):
-            with trio.move_on_after(rng.uniform(0, 0.04)):
-                await pool.exec(["/bin/true"])
+            with trio.move_on_after(rng.uniform(0, 0.04)):  # the cancellation point, not a bound
+                result = await pool.exec(["/bin/true"])
+                assert (result.response.exit_code, result.response.stdout) == (0, b"")
                 done += 1
         assert (await pool.exec(["/bin/echo", "on"])).response.stdout == b"on\n"
+        await wait_until(lambda: pool.idle_workers == 2, 60, "the pool refilled to 2")
+        spawner = _server(pool)
+        assert (spawner.starts, spawner.losses, spawner.strays) == (1, 0, 0)
     print(f"{done} of 200 finished before their cancellation")
-    assert 0 < done < 200
 
 
 # -- the parent dies -----------------------------------------------------------
@@ -561,7 +584,10 @@ async def test_the_parent_dies_and_the_server_and_every_jail_go(tmp_path: Path) 
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert parent.stdout is not None
-        server = int(await trio.to_thread.run_sync(parent.stdout.readline))
+        with trio.fail_after(scaled(60)):  # the parent's pool warm: its server's pid
+            line = await trio.to_thread.run_sync(parent.stdout.readline, abandon_on_cancel=True)
+        assert line, "the parent ended before its pool was warm"
+        server = int(line)
 
         def sleeping() -> bool:
             assert parent.poll() is None

@@ -8,7 +8,11 @@ config of any shape, and request encoding of structured values with huge
 ints, special floats and unencodable leaves.
 
 `TRUNNER_FUZZ_EXAMPLES` sets the examples per test (default 300);
-`benchmarks/fuzz.py` runs this file with 10,000.
+`benchmarks/fuzz.py` runs this file with 10,000. Every property here is
+`slow` (`-m 'not slow'` leaves it out); the default lane keeps a fixed
+case of the hostile headers and declared lengths, the deep nestings, and
+test_protocol.py's and test_limits.py's own cases of the frame codec and
+of `Limits` from config.
 """
 
 from __future__ import annotations
@@ -138,6 +142,7 @@ def mutated_frames(draw: st.DrawFn, values: st.SearchStrategy[Any] = msgpack_val
 caps = st.integers(0, 64) | st.integers(0, 4 * KiB) | st.just(MAX_FRAME_BYTES)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(mutated_frames(), caps)
 def test_mutated_frames_give_a_value_or_a_named_reason(data: bytes, cap: int) -> None:
@@ -167,6 +172,7 @@ def test_mutated_frames_give_a_value_or_a_named_reason(data: bytes, cap: int) ->
         assert out.reason is Reason.BAD_FRAME
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     mutated_frames(st.builds(
@@ -185,6 +191,7 @@ def test_mutated_typed_frames_give_the_type_or_a_named_reason(data: bytes, cap: 
         assert decode_single_frame(encode_frame(out), ExecResult) == out
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     st.integers(0, MAX_FRAME_BYTES) | st.integers(2**20, MAX_FRAME_BYTES),
@@ -192,6 +199,19 @@ def test_mutated_typed_frames_give_the_type_or_a_named_reason(data: bytes, cap: 
     st.integers(0, 4 * KiB) | st.just(MAX_FRAME_BYTES),
 )
 def test_huge_declared_lengths_never_allocate(declared: int, tail: bytes, cap: int) -> None:
+    declared_length_never_allocates(declared, tail, cap)
+
+
+@pytest.mark.parametrize(("declared", "cap"), [
+    (2**32 - 1, 4 * KiB), (2**32 - 1, MAX_FRAME_BYTES), (MAX_FRAME_BYTES, MAX_FRAME_BYTES),
+    (2**20, 4 * KiB), (65, 64),
+])
+def test_a_huge_declared_length_never_allocates(declared: int, cap: int) -> None:
+    """The default lane's cases of the property above."""
+    declared_length_never_allocates(declared, b"\x91\xc0", cap)
+
+
+def declared_length_never_allocates(declared: int, tail: bytes, cap: int) -> None:
     data = declared.to_bytes(HEADER_BYTES, "big") + tail
     tracemalloc.start()
     try:
@@ -220,11 +240,23 @@ HOSTILE_PREFIXES = [
 ]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.lists(st.sampled_from(HOSTILE_PREFIXES), min_size=1, max_size=4), st.binary(max_size=32))
 def test_hostile_body_headers_are_bad_frame_without_allocating(
     prefixes: list[bytes], tail: bytes
 ) -> None:
+    hostile_body_is_bad_frame(prefixes, tail)
+
+
+@pytest.mark.parametrize("prefix", HOSTILE_PREFIXES,
+                         ids=["array32", "map32", "bin32", "str32", "ext32", "array16", "map16"])
+def test_each_hostile_body_header_is_bad_frame_without_allocating(prefix: bytes) -> None:
+    """The default lane's cases of the property above: each header alone."""
+    hostile_body_is_bad_frame([prefix], b"\x01")
+
+
+def hostile_body_is_bad_frame(prefixes: list[bytes], tail: bytes) -> None:
     body = b"".join(prefixes) + tail
     data = len(body).to_bytes(HEADER_BYTES, "big") + body
     tracemalloc.start()
@@ -265,6 +297,7 @@ config_keys = st.sampled_from([*FIELDS, "junk", "", "WALL_TIME_S", "wall_time_s 
 ) | st.integers() | st.none()
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.dictionaries(config_keys, config_values, max_size=10))
 def test_untrusted_config_of_any_shape_is_limits_or_value_error(data: dict[Any, Any]) -> None:
@@ -280,6 +313,7 @@ def test_untrusted_config_of_any_shape_is_limits_or_value_error(data: dict[Any, 
     assert math.isfinite(limits.wall_time_s)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.fixed_dictionaries({}, optional={
     name: st.integers(-(2**70), 2**70) | st.floats() for name in FIELDS
@@ -320,6 +354,7 @@ request_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(request_values)
 def test_encoding_any_request_is_a_frame_or_bad_request(value: Any) -> None:

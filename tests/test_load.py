@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from conftest import child_pids, open_fds
+from support import scaled
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -37,7 +38,7 @@ async def test_500_invocations_at_concurrency_8_no_loss_no_mixup_no_leak(
 ) -> None:
     load = _load_module()
     fds_before = open_fds()
-    with trio.fail_after(240):  # generous: ~30 s expected on 2 cores
+    with trio.fail_after(scaled(240)):  # generous: ~30 s expected on 2 cores
         figures = await load.run_load(500, 8, temp_root=str(jail_root), seed=1234)
     print(
         f"{figures['invocations_per_s']:.1f} inv/s, p50 {figures['latency_ms']['p50']:.0f} ms,"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from conftest import child_pids
 from support import pid_namespace_members, wait_until
 from trunner import Reason, Runner, RunnerError
+from trunner.linux.forkclient import ForkServer
 
 
 async def test_each_request_gets_its_own_prewarmed_jailed_process(runner: Runner) -> None:
@@ -25,12 +27,25 @@ async def test_each_request_gets_its_own_prewarmed_jailed_process(runner: Runner
     assert child_pids() == []
 
 
-async def test_deadline_starts_when_the_request_is_written(runner: Runner) -> None:
-    limits = runner.limits.replace(wall_time_s=1.0)
-    async with runner.pool("echo", size=1, limits=limits) as pool:
+async def test_deadline_starts_when_the_request_is_written(
+    runner: Runner, mock_clock: trio.testing.MockClock
+) -> None:
+    """A worker idle longer than its wall time still serves. The deadline
+    is on trio's clock (nursery_run.supervise), and a built-in mode has no
+    other: a clock jump is that idle time, without waiting it out. Rate 1:
+    the clock runs as the real one besides, so every bound of trunner's and
+    of the test's own still holds."""
+    mock_clock.rate = 1.0
+    wall = runner.limits.wall_time_s
+    async with runner.pool("echo", size=1) as pool:  # idle_s 60: no idle end below
         await wait_until(lambda: pool.idle_workers == 1, 60, "1 idle worker")
-        await trio.sleep(1.5)  # idle longer than the wall time
-        assert (await pool.run("late")).response == "late"
+        idle_since = trio.current_time()
+        mock_clock.jump(wall + 1)  # idle longer than the wall time
+        assert trio.current_time() - idle_since > wall
+        result = await pool.run("late")
+        assert result.response == "late"
+        assert result.usage is not None
+        assert result.usage.wall_s < wall  # counted from the request's write, not the spawn
 
 
 async def test_pooled_workers_keep_every_reason(runner: Runner) -> None:
@@ -47,14 +62,25 @@ async def test_pooled_workers_keep_every_reason(runner: Runner) -> None:
         assert info.value.reason is Reason.STDOUT_CAP
 
 
-async def test_idle_workers_are_ended_and_refilled_on_use(runner: Runner) -> None:
-    async with runner.pool("echo", size=2, idle_s=1.0) as pool:
+async def test_idle_workers_are_ended_and_refilled_on_use(
+    runner: Runner, mock_clock: trio.testing.MockClock
+) -> None:
+    """idle_s is on trio's clock: a jump past it ends the idle workers and
+    the fork server, however long the host took to warm them (a real idle_s
+    short enough to wait out would be shorter than a loaded host's warm-up,
+    and the pool would never be seen full). Rate 1: real time besides."""
+    mock_clock.rate = 1.0
+    async with runner.pool("echo", size=2, idle_s=60.0) as pool:
         await wait_until(lambda: pool.idle_workers == 2, 60, "2 idle workers")
-        # idle_s passed: taken out of the pool...
+        assert child_pids()
+        mock_clock.jump(60)  # idle_s passed: taken out of the pool...
         await wait_until(lambda: pool.idle_workers == 0, 30, "no idle worker")
-        # ...and ended and reaped: the discard finishes after the count drops (a
-        # dead helper stays among our children, a zombie, until the discard reaps it).
-        await wait_until(lambda: not child_pids(), 10, "the ended helpers reaped")
+        # ...and ended and reaped, the server too: the discard finishes after the
+        # count drops (a dead helper stays among our children, a zombie, until
+        # the discard reaps it).
+        await wait_until(lambda: not child_pids(), 10, "the ended helpers and server reaped")
+        assert isinstance(pool._spawner, ForkServer)
+        assert pool._spawner.pid is None
         assert (await pool.run(1)).response == 1  # served cold, wakes the refill
         await wait_until(lambda: pool.idle_workers == 2, 60, "2 idle workers")
 

@@ -14,6 +14,7 @@ from typing import Literal
 
 import pytest
 
+from support import scaled, wait_until
 from trunner.linux.helper import SANDBOX_SETUP_EXIT
 from trunner.linux.kernel.install import WAITER
 
@@ -44,7 +45,7 @@ os.execv(waiter, [waiter, str(r), str(child), str(proc), str(report_w), "--", "e
 def become_waiter(line: str) -> tuple[int, int]:
     """(the waiter's exit status as returncode, its child's pid)."""
     done = subprocess.run([sys.executable, "-c", BECOME_WAITER, line, WAITER],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=scaled(30))
     return done.returncode, int(done.stdout.split()[0])
 
 
@@ -72,7 +73,7 @@ def test_forwards_pid_2s_end_and_reaps_its_child(line: str, returncode: int) -> 
 
 def test_refuses_an_argv_it_does_not_know() -> None:
     for argv in ([], ["3", "x", "4", "5"], ["3", "1", "4", "5", "++", "echo"], ["nit"]):
-        done = subprocess.run([WAITER, *argv], capture_output=True, timeout=10)
+        done = subprocess.run([WAITER, *argv], capture_output=True, timeout=scaled(10))
         assert done.returncode == SANDBOX_SETUP_EXIT, argv
         assert done.stdout == done.stderr == b""
 
@@ -145,8 +146,6 @@ async def test_the_helper_and_pid_1_exec_the_waiter_from_a_descriptor(runner: ob
     from trunner.linux.helper import WAITER_FD
 
     assert isinstance(runner, Runner)
-    from support import wait_until
-
     def waiters() -> list[int]:
         return [pid for pid in _descendants(os.getpid())
                 if os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(WAITER)]

@@ -27,12 +27,10 @@ from trunner.protocol import (
 from trunner.worker import exec_mode, wire
 
 INT64_MIN, UINT64_MAX = -(2**63), 2**64 - 1
-ints = st.one_of(
-    st.integers(INT64_MIN, UINT64_MAX),
-    st.sampled_from([INT64_MIN, UINT64_MAX, 2**63 - 1, 2**63, -(2**31) - 1, -(2**31),
-                     2**32 - 1, 2**32, -129, -128, -33, -32, -1, 0, 127, 128, 255, 256,
-                     65535, 65536]),
-)
+#: The ints at each edge of msgpack's int encodings.
+INT_EDGES = [INT64_MIN, UINT64_MAX, 2**63 - 1, 2**63, -(2**31) - 1, -(2**31), 2**32 - 1, 2**32,
+             -129, -128, -33, -32, -1, 0, 127, 128, 255, 256, 65535, 65536]
+ints = st.one_of(st.integers(INT64_MIN, UINT64_MAX), st.sampled_from(INT_EDGES))
 floats = st.floats(allow_nan=True, allow_infinity=True)
 # Lengths that cross each size class (fix, 8, 16 bit); 32-bit ones are in a test below.
 texts = st.one_of(st.text(max_size=40), st.integers(0, 70000).map(lambda n: "é" * (n // 2)))
@@ -63,24 +61,59 @@ def same(a: object, b: object) -> bool:
     return a == b
 
 
-@settings(max_examples=400, deadline=None)
-@given(values)
-def test_parent_to_worker_decodes_the_same_value_and_echoes_the_same_bytes(v: object) -> None:
+def parent_to_worker(v: object) -> None:
+    """What the parent encodes, the worker decodes to the same value and
+    echoes back byte for byte."""
     body = msgspec.msgpack.encode(v)
     got = wire.unpack(body)
     assert same(got, msgspec.msgpack.decode(body))
     assert wire.pack(got) == body
 
 
-@settings(max_examples=400, deadline=None)
-@given(values)
-def test_worker_to_parent_writes_msgspec_bytes_and_decodes_strictly(v: object) -> None:
+def worker_to_parent(v: object) -> None:
+    """What the worker encodes, msgspec would have written; the parent
+    decodes it strictly."""
     data = wire.frame(v)
     assert data == encode_frame(v)
     assert same(decode_single_frame(data), v)
     with pytest.raises(RunnerError) as info:
         decode_single_frame(data + b"\x00")
     assert info.value.reason is Reason.TRAILING_BYTES
+
+
+#: One value of each msgpack type at each size class (fix, 8 and 16 bit; the
+#: 32-bit ones in test_32_bit_lengths), and nestings of them: the default
+#: lane's case of both directions; hypothesis's hundreds of values are `slow`.
+REPRESENTATIVE: list[object] = [
+    None, True, False, *INT_EDGES,
+    0.0, -0.0, 1.5, -1e308, math.inf, -math.inf, math.nan,
+    "", "x", "é" * 15, "é" * 16, "é" * 127, "é" * 128,
+    b"", b"\x00", b"\xff" * 255, b"\xff" * 256,
+    [], list(range(15)), list(range(16)),
+    {}, dict.fromkeys(range(15), b""), {str(i): i for i in range(16)},
+    {-1: "int key", UINT64_MAX: b"x", "": None},
+    {"a": [1, {"b": [None, 2.5, b"\xff", "é"]}], 7: [[], {}], "n": [math.nan, -0.0]},
+]
+
+
+def test_representative_values_cross_both_ways() -> None:
+    for v in REPRESENTATIVE:
+        parent_to_worker(v)
+        worker_to_parent(v)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(values)
+def test_parent_to_worker_decodes_the_same_value_and_echoes_the_same_bytes(v: object) -> None:
+    parent_to_worker(v)
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(values)
+def test_worker_to_parent_writes_msgspec_bytes_and_decodes_strictly(v: object) -> None:
+    worker_to_parent(v)
 
 
 @pytest.mark.parametrize("v", [2**64, INT64_MIN - 1])
@@ -167,9 +200,7 @@ collected = st.builds(CollectedFile, path=paths, size=st.integers(INT64_MIN, 2**
                       data=st.binary(max_size=32), mode=st.integers(0, 0o7777))
 
 
-@settings(max_examples=300, deadline=None)
-@given(exec_requests)
-def test_exec_request_reads_as_the_parent_wrote_it(request: ExecRequest) -> None:
+def exec_request_reads(request: ExecRequest) -> None:
     got = exec_mode.Request(wire.unpack(encode_frame(request)[4:]))
     assert (got.argv, got.stdin, got.collect) == (request.argv, request.stdin, request.collect)
     assert got.files == {p: (f.data, f.executable) for p, f in request.files.items()}
@@ -177,6 +208,40 @@ def test_exec_request_reads_as_the_parent_wrote_it(request: ExecRequest) -> None
         request.stdout_max_bytes, request.stderr_max_bytes)
 
 
+@pytest.mark.parametrize("request_", [
+    pytest.param(ExecRequest(argv=["x"]), id="defaults"),
+    pytest.param(ExecRequest(argv=["/bin/sh", "-c", "é", ""], stdin=b"\x00in\xff",
+                             files={"a.txt": ExecFile(data=b"1", executable=True),
+                                    "é ü": ExecFile(data=b"")},
+                             collect=["*.txt", "é"], stdout_max_bytes=2**40,
+                             stderr_max_bytes=0), id="every-field"),
+])
+def test_an_exec_request_reads_as_the_parent_wrote_it(request_: ExecRequest) -> None:
+    exec_request_reads(request_)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(exec_requests)
+def test_exec_request_reads_as_the_parent_wrote_it(request: ExecRequest) -> None:
+    exec_request_reads(request)
+
+
+@pytest.mark.parametrize(("code", "files", "unmatched"), [
+    pytest.param(0, [], [], id="exit-0"),
+    pytest.param(2**31, [CollectedFile(path="a.txt", size=1, data=b"x", mode=0o644)], ["é"],
+                 id="exit-2**31-collected"),
+    pytest.param(-9, [CollectedFile(path="é", size=INT64_MIN, data=b"", mode=0o7777),
+                      CollectedFile(path="b", size=2**63 - 1, data=b"\xff", mode=0)], [],
+                 id="signal-9-collected"),
+])
+def test_an_exec_reply_decodes_strictly_into_exec_result(
+    code: int, files: list[CollectedFile], unmatched: list[str]
+) -> None:
+    exec_reply_decodes(code, b"out\x00", b"err", files, unmatched, 1.5)
+
+
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(-(2**31), 2**31), st.binary(max_size=64), st.binary(max_size=64),
        st.lists(collected, max_size=3), st.lists(paths, max_size=3),
@@ -185,6 +250,11 @@ def test_exec_reply_decodes_strictly_into_exec_result(
     code: int, out: bytes, err: bytes, files: list[CollectedFile], unmatched: list[str],
     elapsed_s: float,
 ) -> None:
+    exec_reply_decodes(code, out, err, files, unmatched, elapsed_s)
+
+
+def exec_reply_decodes(code: int, out: bytes, err: bytes, files: list[CollectedFile],
+                       unmatched: list[str], elapsed_s: float) -> None:
     maps = [{"path": f.path, "size": f.size, "data": f.data, "mode": f.mode} for f in files]
     reply = exec_mode.result(code, out, err, maps, unmatched, elapsed_s)
     expected = ExecResult(exit_code=code if code >= 0 else None,

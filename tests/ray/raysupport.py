@@ -34,7 +34,7 @@ os.environ.update(ENV)
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from support import jailed_under, wait_until  # noqa: E402
+from support import jailed_under, scaled, wait_until  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -86,9 +86,25 @@ def raylet_pid(node: Any) -> int:
     return pid
 
 
+#: (pid, start time) of every actor this run's pools had (`own`): owners of
+#: this run's cgroups, alive or dead.
+_OWNERS: set[tuple[int, int]] = set()
+
+
+def own(pool: Any) -> None:  # a ClusterPool or an AsyncioPool
+    """Record `pool`'s actors (its `nodes`, live now) as owners of this
+    run's cgroups, so that theirs still count as ours once they are dead."""
+    for node in pool.nodes.values():
+        if (start := _start_of(node.pid)) is not None:
+            _OWNERS.add((node.pid, start))
+
+
 def trunner_cgroups() -> set[str]:
-    """The trunner run cgroups on the host of this test and its cluster, and
-    of dead owners."""
+    """The trunner run cgroups of this test run: of this process, of its
+    cluster's live processes, and of the actors its pools had (`own`), dead
+    or alive. Never another trunner's on the host (another test run beside
+    this one, live or dead): a cgroup is named after its owner,
+    `PID-START-PIDNS-…` (trunner.cleanup.owner_id)."""
     from trunner.linux import cgroup
     from trunner.linux.probe import probe_host
 
@@ -97,11 +113,25 @@ def trunner_cgroups() -> set[str]:
         return set()
     base = Path(limit.cgroup_base, cgroup.DIR_NAME)
     names = {p.name for p in base.iterdir() if p.is_dir()} if base.is_dir() else set()
-    # Not another test suite's, running beside this one: a cgroup whose owner
-    # lives and is neither this process nor one of this cluster's.
-    ours = {os.getpid(), *_carrying(os.environ.get("RAY_TMPDIR", ""))}
-    return {n for n in names
-            if int(n.split("-", 1)[0]) in ours or not os.path.exists(f"/proc/{n.split('-')[0]}")}
+    live = {os.getpid(), *_carrying(os.environ.get("RAY_TMPDIR", ""))}
+    ours = {(pid, start) for pid in live if (start := _start_of(pid)) is not None} | _OWNERS
+    return {n for n in names if _owner_of(n) in ours}
+
+
+def _owner_of(name: str) -> tuple[int, int] | None:
+    pid, _, rest = name.partition("-")
+    start = rest.partition("-")[0]
+    return (int(pid), int(start)) if pid.isdigit() and start.isdigit() else None
+
+
+def _start_of(pid: int) -> int | None:
+    """A live process's start time (clock ticks after boot), as trunner
+    names an owner by."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def leftovers(root: Path) -> list[str]:
@@ -145,7 +175,7 @@ def nodes() -> Iterator[Nodes]:
         finally:
             ray.shutdown()
             cluster.shutdown()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + scaled(10)
             while (left := _carrying(tmpdir)) and time.monotonic() < deadline:
                 for pid in left:
                     with contextlib.suppress(ProcessLookupError):
