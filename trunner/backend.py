@@ -110,6 +110,7 @@ async def open_jail(backend: JailBackend, adapter_argv: Sequence[str], limits: L
     Raises:
         RunnerError: `spawn_failed`, or the backend's refusal.
     """
+    backend.settle()  # before the jail dir: its watchdog stays where it starts
     jail_dir = make_jail_dir(temp_root)
     try:
         return backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits)

@@ -36,8 +36,9 @@ class Command:
 
 @dataclass(frozen=True)
 class ProcessLimit:
-    """How the process limit is enforced on this host: `pids_cgroup` (root:
-    per-run cgroups made under `cgroup_base`), `userns_nproc` (not root, a
+    """How the process limit is enforced on this host: `pids_cgroup` (root,
+    or on cgroup v2 a caller a cgroup is delegated to: per-run cgroups made
+    under `cgroup_base`), `userns_nproc` (not root, a
     kernel that counts RLIMIT_NPROC per user namespace: 5.14 on), or
     `rlimit_nproc` (not root, older kernels: the uid's count at spawn plus
     the limit). Per-user-namespace counts also bound a root caller's runs,
@@ -70,6 +71,11 @@ class HostSupport:
     #: The namespace kinds this host lets a jail create (user, net, mount,
     #: pid, ipc, uts, cgroup).
     namespaces: tuple[str, ...] = ()
+    #: cgroup v2: the leaf of the delegated cgroup this process must move
+    #: into before its first run ("": none; `trunner.linux.delegation`).
+    cgroup_leaf: str = ""
+    #: Why runs get no cgroup of their own here ("": they do), with the fix.
+    cgroup_note: str = ""
 
     @property
     def can_run(self) -> bool:
@@ -153,6 +159,10 @@ class JailBackend(Protocol):
 
     def check(self) -> None:
         """Raise the refusal `RunnerError` if a run here would be refused."""
+
+    def settle(self) -> None:
+        """Make the one change to this process a run needs first, if any
+        (cgroup v2: move into its leaf), before anything is started."""
 
     def adapter_argv(self, mode: str, *, builtin: bool) -> tuple[str, ...]:
         """How the helper execs the adapter of `mode` (`builtin`: a mode of

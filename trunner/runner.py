@@ -54,6 +54,11 @@ class Runner:
             per concurrent run (default `trunner.linux.ids.DEFAULT_RANGE`:
             1024 ids from 0x7A000000). Checked here against the host's
             users, groups and processes. Not root, jails run as the caller.
+        cgroup_leaf: on cgroup v2, when this process lives in a delegated
+            cgroup (`Delegate=yes`), the name of a leaf of it to move this
+            process (only it) into here, so that runs' cgroups can be made
+            beside it (default: `TRUNNER_CGROUP_LEAF`; none: refused with
+            the fix). Idempotent.
 
     Raises:
         RunnerError: `unsupported_platform`, `worker_not_found`,
@@ -73,14 +78,17 @@ class Runner:
         provider: Mapping[str, Any] | None = None,
         backend: JailBackend | None = None,
         host_ids: range | None = None,
+        cgroup_leaf: str | None = None,
     ) -> None:
         self.limits = limits if limits is not None else Limits()
         if not isinstance(self.limits, Limits):
             raise TypeError("limits must be a trunner.Limits")
         self.temp_root = temp_root
         if backend is not None:
-            if import_paths or worker is not None or provider is not None or host_ids is not None:
-                raise ValueError("pass import_paths, worker, provider and host_ids to the backend")
+            if (import_paths or worker is not None or provider is not None
+                    or host_ids is not None or cgroup_leaf is not None):
+                raise ValueError("pass import_paths, worker, provider, host_ids and cgroup_leaf"
+                                 " to the backend")
             self._backend = backend
             self.worker = backend.worker
             self.import_paths = tuple(backend.import_paths)
@@ -93,6 +101,8 @@ class Runner:
             options: dict[str, Any] = {"import_paths": self.import_paths}
             if host_ids is not None:
                 options["host_ids"] = host_ids
+            if cgroup_leaf is not None:
+                options["cgroup_leaf"] = cgroup_leaf
             self._backend = platform_backend(self.worker, provider=provider, **options)
         self._backend.check()
         # What dead owners (processes that used trunner here) left, never a live one's.

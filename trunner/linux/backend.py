@@ -25,7 +25,7 @@ import trio
 from trunner import cleanup
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, Failure, HostSupport
-from trunner.linux import cgroup, kmsg, landlock, seccomp, sockets, watchdog
+from trunner.linux import cgroup, delegation, kmsg, landlock, seccomp, sockets, watchdog
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds, IdLease
 from trunner.linux.kernel import abi
 from trunner.linux.plan import (
@@ -306,6 +306,10 @@ class LinuxBackend:
             as itself.
         host_files: test hook: where the host's users, groups, processes
             and id locks are read.
+        cgroup_leaf: cgroup v2: the name of a leaf of the delegated cgroup
+            this process lives in, which it moves itself into at `check()`
+            so that runs' cgroups can be made beside it
+            (`trunner.linux.delegation`; None: `TRUNNER_CGROUP_LEAF`).
     """
 
     worker: str
@@ -315,6 +319,7 @@ class LinuxBackend:
     unsafe_skip: tuple[str, ...] = ()
     host_ids: range = DEFAULT_RANGE
     host_files: HostFiles = field(default_factory=HostFiles)
+    cgroup_leaf: str | None = None
     _host: HostSupport | None = field(default=None, repr=False)
     _paths: HostPaths | None = field(default=None, repr=False)
     _bpf: bytes | None = field(default=None, repr=False)
@@ -328,8 +333,31 @@ class LinuxBackend:
 
     def probe(self) -> HostSupport:
         if self._host is None:
-            self._host = probe_host()
+            self._host = probe_host(self.cgroup_leaf)
         return self._host
+
+    def settle(self) -> None:
+        """cgroup v2: move this process into its leaf of the delegated cgroup
+        (`cgroup_leaf`) if it is to move and has not: before the watchdog, a
+        fork server or any run starts. The probe, `check()` and `trunner
+        doctor` only predict it.
+
+        Raises:
+            RunnerError: `process_limit_unavailable` when the kernel refuses
+                the move, or what the move reveals (another process left in
+                the delegated cgroup).
+        """
+        leaf = self.probe().cgroup_leaf
+        if not leaf:
+            return
+        try:
+            delegation.enter_leaf(leaf)
+        except OSError as e:
+            raise RunnerError(Reason.PROCESS_LIMIT_UNAVAILABLE,
+                              f"cannot move into cgroup {leaf}: {e.strerror} (errno {e.errno})"
+                              ) from None
+        self._host = None
+        self.check()
 
     def check(self) -> None:
         host = self.probe()
@@ -526,6 +554,7 @@ class LinuxBackend:
         from trunner.linux.forkclient import ForkServer
 
         self.check()
+        self.settle()
         return ForkServer(self.helper_launch(),
                           environment(self.profile.environment, self.import_paths), mode)
 

@@ -1,11 +1,13 @@
 """Parent side: one pids and one memory cgroup per run, as root.
 
-As root each invocation gets its own pids cgroup whose `pids.max` bounds
-its processes, and its own memory cgroup whose limit is `memory_bytes` (the
-scratch tmpfs's pages are charged to it too). On cgroup v2 both are one
-directory. `find_base` only reads (the doctor's probe must not change the
-host); a backend's `RunCgroups` sets up a base on its first run (enabling
-the controller for children of a v2 root) and makes the `trunner`
+As root (and, on cgroup v2, any caller a cgroup is delegated to) each
+invocation gets its own pids cgroup whose `pids.max` bounds its processes,
+and its own memory cgroup whose limit is `memory_bytes` (the scratch
+tmpfs's pages are charged to it too). On cgroup v2 both are one directory,
+under the delegated cgroup `delegation.place` finds. `find_base` (v1) only
+reads (the doctor's probe must not change the host); a backend's
+`RunCgroups` sets up a base on its first run (on v2, giving the controller
+to the base's children and to `trunner/`'s) and makes the `trunner`
 directory every run's cgroup lives in whenever it is missing.
 """
 
@@ -39,13 +41,10 @@ def read_text(path: str) -> str | None:
 
 
 def find_base(controller: str = "pids") -> str | None:
-    """A directory under which this process may create cgroups with
-    `controller` ("pids" or "memory"), or None. Reads only.
-
-    cgroup v1: the controller's hierarchy at our own cgroup in it. cgroup v2:
-    our own cgroup, if it delegates the controller to children already, or
-    is the root and has it (`prepare` then enables it).
-    """
+    """Where this process may create cgroups with the cgroup v1 `controller`
+    ("pids" or "memory"): the controller's hierarchy at our own cgroup in
+    it, if writable; None otherwise (and on v2: `delegation.place`). Reads
+    only."""
     own = {}
     for line in (read_text("/proc/self/cgroup") or "").splitlines():
         _, controllers, path = line.split(":", 2)
@@ -53,20 +52,14 @@ def find_base(controller: str = "pids") -> str | None:
     for line in (read_text("/proc/self/mountinfo") or "").splitlines():
         left, _, right = line.partition(" - ")
         fstype, _, options = [*right.split(" "), "", "", ""][:3]
+        if fstype != "cgroup" or controller not in options.split(","):
+            continue
         mount_point = left.split(" ")[4]
-        base = None
-        if fstype == "cgroup" and controller in options.split(","):
-            for controllers, path in own.items():
-                if controller in controllers.split(","):
-                    base = os.path.join(mount_point, path.lstrip("/"))
-        elif fstype == "cgroup2" and "" in own:
-            base = os.path.join(mount_point, own[""].lstrip("/"))
-            enabled = (read_text(os.path.join(base, "cgroup.subtree_control")) or "").split()
-            available = (read_text(os.path.join(base, "cgroup.controllers")) or "").split()
-            if controller not in enabled and not (own[""] == "/" and controller in available):
-                base = None
-        if base is not None and os.access(base, os.W_OK):
-            return base
+        for controllers, path in own.items():
+            if controller in controllers.split(","):
+                base = os.path.join(mount_point, path.lstrip("/"))
+                if os.access(base, os.W_OK):
+                    return base
     return None
 
 
@@ -85,13 +78,15 @@ class RunCgroups:
         Raises:
             OSError: the setup was refused.
         """
-        if (base, controller) not in self._enabled:
-            control = os.path.join(base, "cgroup.subtree_control")
-            if os.path.exists(control) and controller not in (read_text(control) or "").split():
-                with open(control, "w") as f:
-                    f.write("+" + controller)
-            self._enabled.add((base, controller))
         parent = os.path.join(base, DIR_NAME)
+        if (base, controller) not in self._enabled:
+            # v2: the base and `trunner/` each give the controller to their
+            # children (a run's cgroup has `pids.max` only then).
+            _give(base, controller)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(parent)
+            _give(parent, controller)
+            self._enabled.add((base, controller))
         with contextlib.suppress(FileExistsError):
             os.mkdir(parent)
         return parent
@@ -130,6 +125,14 @@ class RunCgroups:
                 f" {e.strerror} (errno {e.errno})",
             ) from None
         return paths
+
+
+def _give(path: str, controller: str) -> None:
+    """On cgroup v2, let `path`'s children have `controller` (no-op on v1)."""
+    control = os.path.join(path, "cgroup.subtree_control")
+    if os.path.exists(control) and controller not in (read_text(control) or "").split():
+        with open(control, "w") as f:
+            f.write("+" + controller)
 
 
 def oom_kills(path: str) -> int:

@@ -62,12 +62,16 @@ def host_layers(host: HostSupport, landlock_abi: int | None = None,
             "cgroup_base": None if limit is None else limit.cgroup_base,
             # RLIMIT_NPROC counted per user namespace: a bound per run.
             "per_run": host.nproc_per_userns or (limit is not None and limit.kind == "pids_cgroup"),
+            # cgroup v2: the leaf this process moves into first; else why runs
+            # get no cgroup of their own, and the fix.
+            "cgroup_leaf": host.cgroup_leaf or None,
+            "cgroup_note": host.cgroup_note or None,
         },
         "memory": {
             "holds": True,  # RLIMIT_AS per process holds everywhere
-            "kind": "memory_cgroup" if host.is_root and host.memory_cgroup_base else "rlimit_as",
+            "kind": "memory_cgroup" if host.memory_cgroup_base else "rlimit_as",
             "detail": (f"a per-run memory cgroup of memory_bytes under {host.memory_cgroup_base}"
-                       if host.is_root and host.memory_cgroup_base else
+                       if host.memory_cgroup_base else
                        "no memory cgroup for this caller: address_space_bytes per process,"
                        " and scratch_bytes for the scratch"),
         },
@@ -104,7 +108,7 @@ def memory_bounds(host: HostSupport) -> list[dict[str, str]]:
         ipc_limits_for,
     )
 
-    cgroup = host.is_root and bool(host.memory_cgroup_base)
+    cgroup = bool(host.memory_cgroup_base)
     limits = Limits()
     space = address_space_for(limits, memory_cgroup=cgroup)
     ipc = {sysctl.name: sysctl.value for sysctl in ipc_limits_for(limits)}

@@ -233,6 +233,7 @@ def _limit_processes(limit: "dict[str, Any]", jail_nproc: int) -> None:
     kind, processes = limit["kind"], limit["max"]
     if kind == "pids_cgroup":
         path = limit["cgroup"]
+        _has_controller(path, "pids.max")
         install.write_file(f"{path}/pids.max", b"%d" % processes)
         _join_cgroup(path)
     elif kind == "userns_nproc":
@@ -253,6 +254,7 @@ def _limit_memory(memory: "dict[str, Any]") -> None:
         raise SetupError(f"memory: unknown mechanism {kind!r}")
     path, limit = memory["cgroup"], memory["bytes"]
     write = install.write_file
+    _has_controller(path, "memory.max")
     if _exists(f"{path}/memory.max"):  # v2: no swap either
         write(f"{path}/memory.max", b"%d" % limit)
         swap = f"{path}/memory.swap.max"
@@ -269,6 +271,14 @@ def _limit_memory(memory: "dict[str, Any]") -> None:
 def _limit_jail_processes(jail_nproc: int) -> None:
     if jail_nproc:
         install.set_rlimit(abi.RLIMIT_NPROC, jail_nproc, jail_nproc)
+
+
+def _has_controller(path: str, v2_file: str) -> None:
+    # On cgroup v2 a controller's files exist only where the parent gives it
+    # to its children: without them the limit would not hold.
+    if _exists(f"{path}/cgroup.controllers") and not _exists(f"{path}/{v2_file}"):
+        raise SetupError(f"cgroup: {path} has no {v2_file} (cgroup v2: the controller is"
+                         " not enabled in its parent's cgroup.subtree_control)")
 
 
 def _join_cgroup(path: str) -> None:

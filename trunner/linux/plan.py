@@ -566,7 +566,7 @@ def plan_jail(
     else:
         process_limit = RlimitNproc(max=processes)
     memory: MemoryPlan = NoMemoryCgroup()
-    if host.is_root and host.memory_cgroup_base:
+    if host.memory_cgroup_base:
         memory = MemoryCgroup(cgroup=memory_cgroup, bytes=limits.memory_bytes)
     flags = 0
     for name in profile.namespaces:

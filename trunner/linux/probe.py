@@ -17,7 +17,7 @@ import msgspec
 
 from trunner.errors import Reason
 from trunner.jail import HostSupport, ProcessLimit
-from trunner.linux import cgroup, landlock
+from trunner.linux import cgroup, delegation, landlock
 from trunner.linux.kernel import install
 
 if TYPE_CHECKING:
@@ -44,8 +44,10 @@ NAMESPACE_SYSCTLS = (("user", "user"), ("net", "net"), ("mount", "mnt"), ("pid",
                       ("ipc", "ipc"), ("uts", "uts"), ("cgroup", "cgroup"))
 
 
-def probe_host() -> HostSupport:
-    """What this kernel supports. Reads only."""
+def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
+    """What this kernel supports. Reads only. `cgroup_leaf`: the leaf a
+    cgroup v2 caller may move into (`Runner(cgroup_leaf=)`; None: the
+    environment's `TRUNNER_CGROUP_LEAF`)."""
     is_root = os.getuid() == 0
     abi = install.landlock_abi()
     enabled = {kind: (cgroup.read_text(f"/proc/sys/user/max_{sysctl}_namespaces") or "0") != "0"
@@ -53,14 +55,22 @@ def probe_host() -> HostSupport:
     userns, netns = enabled["user"], enabled["net"]
     has_seccomp = _has_seccomp_filter()
     per_userns = kernel_version() >= (5, 14)
-    limit, memory = None, ""
-    if not is_root:
-        limit = ProcessLimit("userns_nproc" if per_userns else "rlimit_nproc")
-    else:
-        base = cgroup.find_base("pids")
-        if base is not None:
-            limit = ProcessLimit("pids_cgroup", base)
+    limit, memory, leaf, note = None, "", "", ""
+    base = cgroup.find_base("pids") if is_root else None  # v1: root's only
+    if base is not None:
+        limit = ProcessLimit("pids_cgroup", base)
         memory = cgroup.find_base("memory") or ""
+    else:
+        if cgroup_leaf is None:
+            cgroup_leaf = os.environ.get(delegation.LEAF_VAR, "")
+        placed = delegation.place(("pids", "memory"), cgroup_leaf, is_root=is_root)
+        if placed.base:
+            limit = ProcessLimit("pids_cgroup", placed.base)
+            memory = placed.base if "memory" in placed.controllers else ""
+            leaf = placed.leaf
+        note = placed.refusal
+    if limit is None and not is_root:
+        limit = ProcessLimit("userns_nproc" if per_userns else "rlimit_nproc")
     refusal, detail = None, ""
     disabled = [kind for kind, on in enabled.items() if not on]
     if abi < landlock.MIN_ABI:
@@ -83,7 +93,7 @@ def probe_host() -> HostSupport:
     elif limit is None:
         refusal, detail = Reason.PROCESS_LIMIT_UNAVAILABLE, (
             "running as root, where RLIMIT_NPROC is not enforced, and no pids cgroup"
-            " can be created"
+            f" can be created{': ' + note if note else ''}"
         )
     return HostSupport(
         platform=sys.platform,
@@ -98,6 +108,8 @@ def probe_host() -> HostSupport:
         process_limit=limit,
         nproc_per_userns=per_userns,
         memory_cgroup_base=memory,
+        cgroup_leaf=leaf,
+        cgroup_note=note,
         refusal=refusal,
         refusal_detail=detail,
     )
