@@ -114,8 +114,9 @@ async def test_ordinary_ioctls_still_work(runner: Runner) -> None:
 _SYNC = f"""
 import socket
 s = socket.socket(socket.AF_UNIX)
-s.bind("sync")
+s.bind("sync.tmp")
 s.listen()
+os.rename("sync.tmp", "sync")  # seen by the host only once it listens
 s.settimeout({scaled(15)})
 s.accept()[0].recv(1)
 """
