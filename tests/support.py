@@ -17,6 +17,7 @@ worker imports, and nothing here runs inside a jail.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -302,6 +303,29 @@ def uid_settled() -> bool:
 
     limit = probe_host().process_limit
     return limit is None or limit.kind != "rlimit_nproc" or not zombies_of(os.getuid())
+
+
+def user_xattrs_absent(directory: Path | None = None) -> str | None:
+    """Why files in `directory` take no user xattrs (tmpfs before Linux 6.6,
+    a filesystem mounted without them), or None where they do: probed on a
+    file of our own there; with no directory, on a memfd (the kernel's own
+    tmpfs, the filesystem of a jail's scratch, whatever the host mounts)."""
+    if directory is None:
+        fd, where = os.memfd_create("trunner-xattr-probe", os.MFD_CLOEXEC), "tmpfs"
+    else:
+        fd = os.open(directory / "xattr-probe", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.unlink(directory / "xattr-probe")
+        where = f"the filesystem of {directory}"
+    try:
+        os.setxattr(fd, "user.probe", b"1")
+    except OSError as e:
+        if e.errno != errno.EOPNOTSUPP:
+            raise
+        return (f"{where} takes no user xattrs on this kernel ({os.uname().release}; tmpfs has"
+                f" them from Linux 6.6): setxattr(user.*) fails {os.strerror(e.errno)}")
+    finally:
+        os.close(fd)
+    return None
 
 
 def owner_of(pid: int) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from support import FOREIGN_ABI_C, scaled
+from support import FOREIGN_ABI_C, scaled, user_xattrs_absent
 from trunner.linux import seccomp
 from trunner.linux.kernel import abi, install
 from trunner.linux.seccomp import compile as seccomp_compile
@@ -613,38 +613,6 @@ def test_what_the_namespaces_contain_is_allowed(bpf_file: Path, tmp_path: Path) 
         "timer_delete": 0, "shmctl_rmid": 0, "msgctl_rmid": 0, "semctl_rmid": 0,
         "mq_unlink": 0, "clone_parent": ("cp", 0),
     }
-
-
-def _fs_type(path: Path) -> str:
-    """The type of the filesystem `path` is on (its mount's, /proc/self/mountinfo)."""
-    where, best, kind = os.path.realpath(path), "", "unknown"
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            mount, _, after = line.partition(" - ")
-            point = mount.split()[4].replace("\\040", " ")
-            if (where == point or where.startswith(point.rstrip("/") + "/")) and \
-                    len(point) >= len(best):
-                best, kind = point, after.split()[0]
-    return kind
-
-
-def user_xattrs_absent(directory: Path) -> str | None:
-    """Why files in `directory` take no user xattrs (tmpfs before Linux 6.6, a
-    filesystem mounted without them), or None where they do: probed there, on
-    a file of our own, unfiltered."""
-    probe = directory / "xattr-probe"
-    probe.touch()
-    try:
-        os.setxattr(probe, "user.probe", b"1")
-    except OSError as e:
-        if e.errno != errno.EOPNOTSUPP:
-            raise
-        return (f"{_fs_type(directory)} at {directory} takes no user xattrs on this kernel"
-                f" ({os.uname().release}; tmpfs has them from Linux 6.6): setxattr fails"
-                f" {os.strerror(e.errno)}")
-    finally:
-        probe.unlink()
-    return None
 
 
 def test_user_xattrs_of_its_own_files_are_allowed(bpf_file: Path, tmp_path: Path) -> None:

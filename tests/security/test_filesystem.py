@@ -3,7 +3,6 @@ jail dir; each test asserts the errno and that the outside thing is unchanged.""
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import signal
@@ -16,7 +15,7 @@ import pytest
 import trio
 
 from conftest import TESTS_DIR, child_pids, make_runner
-from support import host_children, run_code, scaled, sha256, wait_until
+from support import host_children, run_code, scaled, sha256, user_xattrs_absent, wait_until
 from trunner import Limits, Runner
 
 if TYPE_CHECKING:
@@ -230,27 +229,10 @@ async def test_metadata_of_the_jails_own_files_can_change(runner: Runner) -> Non
     assert result == ["0o4751", 5.0, 7.0, "OK:None", True]
 
 
-def tmpfs_user_xattrs_absent() -> str | None:
-    """Why this kernel's tmpfs takes no user xattrs (they came with Linux 6.6),
-    or None where it does. Probed on a memfd: a file of the kernel's own
-    tmpfs, the filesystem of the jail's scratch, whatever the host mounts."""
-    fd = os.memfd_create("trunner-xattr-probe", os.MFD_CLOEXEC)
-    try:
-        os.setxattr(fd, "user.probe", b"1")
-    except OSError as e:
-        if e.errno != errno.EOPNOTSUPP:
-            raise
-        return (f"tmpfs takes no user xattrs on this kernel ({os.uname().release}; they came"
-                f" with Linux 6.6): setxattr(user.*) on a tmpfs file fails {os.strerror(e.errno)}")
-    finally:
-        os.close(fd)
-    return None
-
-
 async def test_user_xattrs_of_the_jails_own_files_work(runner: Runner) -> None:
     """In the scratch, user xattrs can be set, read, listed and removed (tar and
     rsync keep them), where the kernel's tmpfs has them."""
-    if (reason := tmpfs_user_xattrs_absent()) is not None:
+    if (reason := user_xattrs_absent()) is not None:
         pytest.skip(reason)
     result = await run_code(runner, """
         open("f", "w").close()
