@@ -88,7 +88,13 @@ def no_leaks(jail_root: Path) -> Iterator[None]:
     ensure_running()  # one per parent process, started once: not a leak
     fds, cgroups = open_fds(), cgroup_dirs()
     yield
+    from support import scaled
+    from trunner.linux import ids
+
     assert child_pids() == [], "a child process outlived the test"
+    # A host id stays held (its lock and a pidfd) until its run's pid 1 has
+    # exited, which may take past the run's end on a busy host.
+    assert ids.settle(scaled(10)) == 0, "a run's pid 1 outlived it by 10 s"
     assert open_fds() == fds, "an fd leaked"
     assert list(jail_root.iterdir()) == [], "a jail dir was left behind"
     assert cgroup_dirs() == cgroups, "a cgroup was left behind"

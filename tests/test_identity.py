@@ -29,6 +29,7 @@ from support import (
     wait_until,
 )
 from trunner import Limits, Reason, Runner, RunnerError
+from trunner.linux import ids as ids_module
 from trunner.linux.backend import LinuxBackend
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds
 from trunner.linux.plan import JAIL_ID
@@ -271,6 +272,28 @@ async def test_a_run_that_ends_between_the_two_reads_is_not_a_user(
 
         monkeypatch.setattr(host, "_held", run_ends_then_lock_is_free)
         assert host.users() == []
+
+
+@root_only
+async def test_an_id_stays_held_until_its_runs_pid_1_has_exited(small: int) -> None:
+    """A run whose pid 1 outlives the teardown's bound (a busy host) gives its
+    id back only once that process has exited: until then its lock is held,
+    so another trunner's check sees the process's id as a run's, not as a
+    foreign user's (seen on a busy host: `host_ids_in_use` naming a
+    `trunner-waiter`)."""
+    ids = range(small + 32, small + 48)
+    host = HostIds(ids)
+    lease = host.acquire()
+    async with host_process_as(lease.id) as pid_1:  # stands for the run's pid 1
+        lease.release(after=os.pidfd_open(pid_1.pid))
+        assert host._held(lease.id)
+        assert ids_module.settle() == 1
+        assert host.users() == []  # its process is a run's, not a user
+        other = host.acquire()
+        other.release()
+        assert other.id != lease.id  # not given to another run either
+    assert ids_module.settle(scaled(10)) == 0  # exited: given back
+    assert not host._held(lease.id)
 
 
 LOOP = "while True: pass"

@@ -105,6 +105,9 @@ class LinuxJail:
     stage: tuple[str, ...] = ()
     #: Served in-process by a fork server's pid 2: a reply needs its ready note.
     expects_ready: bool = False
+    #: A pidfd of the jail's pid 1 when it outlived `wait_gone`'s bound: the
+    #: host id is given back only once it has exited.
+    init_pidfd: int | None = None
 
     def spawned(self, pgid: int) -> None:
         self.pgid = pgid
@@ -132,7 +135,10 @@ class LinuxJail:
                     with trio.move_on_at(deadline):
                         await trio.lowlevel.wait_readable(pidfd)
                 finally:
-                    os.close(pidfd)
+                    if self.host_id is not None and self.init_pidfd is None:
+                        self.init_pidfd, pidfd = pidfd, -1  # `release` decides
+                    if pidfd >= 0:
+                        os.close(pidfd)
         # No event for a process group: a bounded poll (usually one killpg(0)).
         while _group_alive(pgid) and trio.current_time() < deadline:  # noqa: ASYNC110
             await trio.sleep(0.001)
@@ -142,9 +148,11 @@ class LinuxJail:
             for path in self.cgroups:
                 await cgroup.remove(path)
         finally:
-            # The run is gone: the id is free for another run.
+            # The run is gone: the id is free for another run (once its
+            # pid 1 has exited, if it outlived `wait_gone`).
             if self.host_id is not None:
-                self.host_id.release()
+                pidfd, self.init_pidfd = self.init_pidfd, None
+                self.host_id.release(after=pidfd)
 
     def oom_kills(self) -> int:
         return cgroup.oom_kills(self.memory_cgroup) if self.memory_cgroup else 0

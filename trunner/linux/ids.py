@@ -24,6 +24,12 @@ jail's processes or files (/proc/PID/root).
   refused, `host_ids_exhausted`, before anything is spawned: waiting would
   spend the run's deadline on other runs' length; a caller that wants to
   queue bounds its own concurrency (e.g. a `trio.CapacityLimiter`).
+- A run gives its id back once its jail's pid 1 has exited (its whole PID
+  namespace with it). Where pid 1 outlives the teardown's bound (a busy
+  host), the lock stays held, with a pidfd of pid 1, until it has
+  (`IdLease.release(after=)`, settled at the next `acquire` or `settle`):
+  no other run, and no other trunner's `check`, meets a live process of
+  the run with its id free.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ import errno
 import fcntl
 import os
 import random
+import select
 import stat
+import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -81,10 +89,38 @@ class IdLease:
     id: int
     fd: int
 
-    def release(self) -> None:
+    def release(self, *, after: int | None = None) -> None:
+        """Give the id back; with `after`, a pidfd of the run's pid 1 (this
+        lease takes it over), only once that process has exited."""
+        if after is not None:
+            if not _exited(after):
+                _lingering[after] = self
+                return
+            os.close(after)
         if self.fd >= 0:
             fd, self.fd = self.fd, -1
             os.close(fd)  # drops the flock
+
+
+#: Leases held past their run's end: pidfd of its pid 1 -> the lease.
+_lingering: dict[int, IdLease] = {}
+
+
+def _exited(pidfd: int) -> bool:
+    return bool(select.select([pidfd], [], [], 0)[0])
+
+
+def settle(timeout_s: float = 0) -> int:
+    """Give back the ids whose run's pid 1 has exited since, waiting up to
+    `timeout_s` for the others; how many are still held."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for pidfd in [fd for fd in _lingering if _exited(fd)]:
+            _lingering.pop(pidfd).release(after=pidfd)
+        left = deadline - time.monotonic()
+        if not _lingering or left <= 0:
+            return len(_lingering)
+        select.select(list(_lingering), [], [], left)
 
 
 class HostIds:
@@ -143,6 +179,7 @@ class HostIds:
                 id of the range; `spawn_failed` out of descriptors;
                 `sandbox_setup` if its lock cannot be made otherwise.
         """
+        settle()
         count = len(self.ids)
         for step in range(count):
             index = (self._next + step) % count
