@@ -69,6 +69,7 @@ def test_the_correct_c_submission_passes_every_case(env: dict[str, str]) -> None
     assert code == 0
 
 
+@pytest.mark.slow  # waits out its wall-limit case: 10 s
 def test_the_buggy_python_submission_fails_each_case_its_own_way(env: dict[str, str]) -> None:
     code, verdicts, times = grade("sum_buggy.py", env)
     assert verdicts == {

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 import trio
 
 from conftest import child_pids, open_fds
@@ -33,6 +34,7 @@ def _load_module() -> ModuleType:
     return module
 
 
+@pytest.mark.slow  # long: 500 runs
 async def test_500_invocations_at_concurrency_8_no_loss_no_mixup_no_leak(
     jail_root: Path,
 ) -> None:

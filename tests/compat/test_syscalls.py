@@ -360,6 +360,7 @@ async def test_eventfd_timerfd_signalfd_and_netlink(runner: Runner) -> None:
     assert result == [3, True, True, [[1, "lo"]]]
 
 
+@pytest.mark.slow  # long: CPython's own test cases, itimers of seconds
 async def test_cpython_test_signal_itimer_and_pending_cases(runner: Runner) -> None:
     """CPython's own ItimerTest (test_itimer_real used to fail: signal.pause() came
     back at once, ENOSYS) and PendingSignalsTests, run in the jail."""

@@ -132,6 +132,7 @@ def _drive_case(request: pytest.FixtureRequest, caller: str, mode: str) -> dict[
     return out
 
 
+@pytest.mark.slow  # exhaustive: each mechanism until the kernel refuses, each caller
 @pytest.mark.parametrize("caller", _callers())
 @pytest.mark.parametrize("mode", sorted(STOPPED_BY))
 def test_a_run_is_stopped_within_its_own_bounds(
