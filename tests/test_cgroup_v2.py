@@ -1,0 +1,153 @@
+"""cgroup v2 as users deploy it (issue 32), in a guest whose cgroup tree is
+laid out as systemd lays it out (scripts/guest/layout), named by
+TRUNNER_TEST_CGROUP_LAYOUT (scripts/test-cgroup-v2 boots the guest for each):
+
+- `root`: the caller in the root cgroup (a VM with nothing else, a container);
+- `service`: a plain service, not delegated: refused, naming the fix;
+- `delegated`: a `Delegate=yes` service; the caller in it: refused until
+  it moves itself into a leaf (`cgroup_leaf`), and refused while another
+  process stays there;
+- `delegated-leaf`: the same, the caller already in a leaf (`DelegateSubgroup=`);
+- `user`: uid 65534 in a service of its `user@.service`, not delegated:
+  runs without cgroups (RLIMIT_NPROC), and doctor names the fix;
+- `user-delegated`: uid 65534 in a `Delegate=yes` scope of its
+  `user@.service`: refused until it moves into a leaf, then per-run
+  cgroups, as root gets.
+
+Each asserts that `trunner doctor` predicts what a real run does, that
+the doctor changed nothing, and where runs get cgroups that `processes`
+and `memory_bytes` hold (a fork bomb's EAGAIN, `memory_limit`) and that
+no run's cgroup is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support import scaled
+from trunner.linux import delegation
+
+LAYOUT = os.environ.get("TRUNNER_TEST_CGROUP_LAYOUT", "")
+pytestmark = pytest.mark.skipif(
+    not LAYOUT, reason="not in a cgroup v2 guest layout (scripts/test-cgroup-v2 boots one)")
+
+TRUNNER = [sys.executable, "-m", "trunner"]
+CGROUPS = Path("/sys/fs/cgroup")
+#: What a run in each layout gets: "cgroup" (per-run cgroups), "rlimit" (no
+#: cgroup: RLIMIT_NPROC), or the refusal's fix, named in its detail.
+EXPECTED = {
+    "root": "cgroup",
+    "service": "Delegate=yes",
+    "delegated": "Runner(cgroup_leaf=NAME)",
+    "delegated-leaf": "cgroup",
+    "user": "rlimit",
+    "user-delegated": "Runner(cgroup_leaf=NAME)",
+}
+#: The leaf the layouts that need one move into.
+LEAF = "supervisor"
+#: Where the caller sits in the delegated cgroup itself, so must move.
+MOVES = ("delegated", "user-delegated")
+
+FORK_BOMB = """
+import errno, os, time
+pids = []
+while True:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print(errno.errorcode[e.errno], len(pids))
+        break
+    if pid == 0:
+        time.sleep(1000)
+        os._exit(0)
+    pids.append(pid)
+"""
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, object]]:
+    done = subprocess.run([*TRUNNER, *args], capture_output=True, text=True,
+                          timeout=scaled(120), env={**os.environ, **(env or {})}, cwd="/tmp")
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}
+
+
+def _tree() -> list[str]:
+    return sorted(str(p.relative_to(CGROUPS)) for p in CGROUPS.rglob("*") if p.is_dir())
+
+
+def _own_cgroup(pid: int | str = "self") -> str:
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    return next(line[3:] for line in lines if line.startswith("0::"))
+
+
+def test_doctor_predicts_a_real_run_and_changes_nothing() -> None:
+    before = _tree()
+    _, doctor = _cli("doctor", "--json")
+    assert _tree() == before  # the probe only reads
+    code, out = _cli("exec", "--", "/bin/true")
+    expected = EXPECTED[LAYOUT]
+    assert doctor["can_run"] is (code == 0), (doctor, out)
+    limit = doctor["layers"]["process_limit"]  # type: ignore[index]
+    if expected in ("cgroup", "rlimit"):
+        assert code == 0, out
+        assert limit["kind"] == ("pids_cgroup" if expected == "cgroup" else "userns_nproc"), limit
+    else:
+        assert (code, out["error"]) == (1, "process_limit_unavailable"), out
+        assert expected in str(out["detail"]), out
+        assert expected in str(doctor["refusal_detail"]), doctor
+    if expected == "rlimit":  # doctor says how to get cgroups
+        assert "systemd-run --user --scope -p Delegate=yes" in str(limit["cgroup_note"]), limit
+
+
+@pytest.mark.skipif(LAYOUT not in MOVES, reason="the caller does not sit in the delegated cgroup")
+def test_the_caller_moves_itself_into_a_leaf_only_when_asked() -> None:
+    here = _own_cgroup()
+    # Asked, but this test process stays beside it in the delegated cgroup.
+    code, out = _cli("exec", "--", "/bin/true", env={delegation.LEAF_VAR: LEAF})
+    assert (code, out.get("error")) == (1, "process_limit_unavailable"), out
+    assert f"holds other processes ({os.getpid()})" in str(out["detail"]), out
+    assert _own_cgroup() == here  # not moved: only the CLI moved itself
+    # Asked in this process: it moves (its children with it), and runs work.
+    from trunner import Runner
+
+    Runner(cgroup_leaf=LEAF)  # predicts, changes nothing
+    assert _own_cgroup() == here
+    code, out = _cli("exec", "--", "/bin/true", env={delegation.LEAF_VAR: LEAF})
+    assert (code, out.get("error")) == (1, "process_limit_unavailable"), out
+    import trio
+
+    async def one_run() -> None:
+        runner = Runner(cgroup_leaf=LEAF)
+        done = await runner.exec(["/bin/true"])
+        assert done.response.exit_code == 0
+
+    trio.run(one_run)
+    assert _own_cgroup() == f"{here}/{LEAF}"
+    for _ in range(2):  # idempotent: already in the leaf, a new caller stays there
+        code, out = _cli("exec", "--", "/bin/true", env={delegation.LEAF_VAR: LEAF})
+        assert code == 0, out
+    assert sorted(p.name for p in (CGROUPS / here.lstrip("/")).iterdir() if p.is_dir()) == [
+        LEAF, "trunner"]
+
+
+@pytest.mark.skipif(EXPECTED.get(LAYOUT) != "cgroup" and LAYOUT not in MOVES,
+                    reason="runs get no cgroup here")
+def test_processes_and_memory_hold_and_no_cgroup_is_left() -> None:
+    """(In MOVES layouts, after the move above: this process is in the leaf.)"""
+    _, doctor = _cli("doctor", "--json")
+    base = Path(str(doctor["layers"]["process_limit"]["cgroup_base"]))  # type: ignore[index]
+    code, out = _cli("exec", "--processes", "8", "--text", "--", sys.executable, "-c",
+                     FORK_BOMB)
+    assert code == 0, out
+    failure, forked = str(out["stdout"]).split()
+    assert failure == "EAGAIN"
+    assert int(forked) < 8
+    code, out = _cli("exec", "--memory-bytes", str(64 << 20), "--", sys.executable, "-c",
+                     "b = bytearray(256 << 20); print(len(b))")
+    assert (code, out.get("error")) == (1, "memory_limit"), out
+    assert list((base / "trunner").iterdir()) == []  # every run's cgroup removed
