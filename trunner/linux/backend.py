@@ -315,8 +315,8 @@ class LinuxBackend:
         host_files: test hook: where the host's users, groups, processes
             and id locks are read.
         cgroup_leaf: cgroup v2: the name of a leaf of the delegated cgroup
-            this process lives in, which it moves itself into at `check()`
-            so that runs' cgroups can be made beside it
+            this process lives in, which it moves itself into at `settle()`
+            (its first run or pool) so that runs' cgroups can be made beside it
             (`trunner.linux.delegation`; None: `TRUNNER_CGROUP_LEAF`).
     """
 
