@@ -104,6 +104,27 @@ def test_doctor_predicts_a_real_run_and_changes_nothing() -> None:
         assert "systemd-run --user --scope -p Delegate=yes" in str(limit["cgroup_note"]), limit
 
 
+#: Moves itself into LEAF through `Runner(cgroup_leaf=)` and runs: in a
+#: process of its own, as a caller would be (this test process's watchdog,
+#: started by the leak check, stays where it started: in the delegated cgroup).
+MOVER = """
+import json, os, sys, trio
+from trunner import Runner
+def own():
+    return next(l[3:] for l in open("/proc/self/cgroup").read().splitlines() if l.startswith("0::"))
+seen = {"before": own()}
+Runner(cgroup_leaf=sys.argv[1])  # predicts: no move yet
+seen["after_runner"] = own()
+async def main():
+    for _ in range(2):  # the second Runner finds this process in its leaf already
+        done = await Runner(cgroup_leaf=sys.argv[1]).exec(["/bin/true"])
+        seen.setdefault("exit_codes", []).append(done.response.exit_code)
+trio.run(main)
+seen["after_runs"] = own()
+print(json.dumps(seen))
+"""
+
+
 @pytest.mark.skipif(LAYOUT not in MOVES, reason="the caller does not sit in the delegated cgroup")
 def test_the_caller_moves_itself_into_a_leaf_only_when_asked() -> None:
     here = _own_cgroup()
@@ -112,34 +133,30 @@ def test_the_caller_moves_itself_into_a_leaf_only_when_asked() -> None:
     assert (code, out.get("error")) == (1, "process_limit_unavailable"), out
     others = str(out["detail"]).partition("holds other processes (")[2].partition(")")[0]
     assert str(os.getpid()) in others.split(", "), out
-    assert _own_cgroup() == here  # not moved: only the CLI moved itself
-    # Asked in this process: it moves (its children with it), and runs work.
-    from trunner import Runner
+    # A caller alone in it, as a service's main process: this process and its
+    # watchdog step aside (as an ExecStartPre= would move them), the caller
+    # starts in the delegated cgroup, and moves itself on its first run (not
+    # at `Runner()`), once.
+    delegated = CGROUPS / here.lstrip("/")
+    aside = delegated / "tests"
+    aside.mkdir()
+    for pid in (delegated / "cgroup.procs").read_text().split():
+        (aside / "cgroup.procs").write_text(pid)
 
-    Runner(cgroup_leaf=LEAF)  # predicts, changes nothing
-    assert _own_cgroup() == here
-    code, out = _cli("exec", "--", "/bin/true", env={delegation.LEAF_VAR: LEAF})
-    assert (code, out.get("error")) == (1, "process_limit_unavailable"), out
-    import trio
+    def start_in_delegated() -> None:
+        (delegated / "cgroup.procs").write_text(str(os.getpid()))
 
-    async def one_run() -> None:
-        runner = Runner(cgroup_leaf=LEAF)
-        done = await runner.exec(["/bin/true"])
-        assert done.response.exit_code == 0
-
-    trio.run(one_run)
-    assert _own_cgroup() == f"{here}/{LEAF}"
-    for _ in range(2):  # idempotent: already in the leaf, a new caller stays there
-        code, out = _cli("exec", "--", "/bin/true", env={delegation.LEAF_VAR: LEAF})
-        assert code == 0, out
-    assert sorted(p.name for p in (CGROUPS / here.lstrip("/")).iterdir() if p.is_dir()) == [
-        LEAF, "trunner"]
+    done = subprocess.run([sys.executable, "-c", MOVER, LEAF], capture_output=True, text=True,
+                          timeout=scaled(120), preexec_fn=start_in_delegated)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen == {"before": here, "after_runner": here, "exit_codes": [0, 0],
+                    "after_runs": f"{here}/{LEAF}"}, seen
+    assert sorted(p.name for p in delegated.iterdir() if p.is_dir()) == [LEAF, "tests", "trunner"]
 
 
-@pytest.mark.skipif(EXPECTED.get(LAYOUT) != "cgroup" and LAYOUT not in MOVES,
-                    reason="runs get no cgroup here")
+@pytest.mark.skipif(EXPECTED.get(LAYOUT) != "cgroup", reason="runs get no cgroup here")
 def test_processes_and_memory_hold_and_no_cgroup_is_left() -> None:
-    """(In MOVES layouts, after the move above: this process is in the leaf.)"""
     _, doctor = _cli("doctor", "--json")
     base = Path(str(doctor["layers"]["process_limit"]["cgroup_base"]))  # type: ignore[index]
     code, out = _cli("exec", "--processes", "8", "--text", "--", sys.executable, "-c",
