@@ -159,13 +159,15 @@ def test_the_caller_moves_itself_into_a_leaf_only_when_asked() -> None:
 def test_processes_and_memory_hold_and_no_cgroup_is_left() -> None:
     _, doctor = _cli("doctor", "--json")
     base = Path(str(doctor["layers"]["process_limit"]["cgroup_base"]))  # type: ignore[index]
-    code, out = _cli("exec", "--processes", "8", "--text", "--", sys.executable, "-c",
+    # The wall-time limits are safety caps here, scaled for a guest under emulation.
+    wall = ["--wall-time-s", str(scaled(10))]
+    code, out = _cli("exec", *wall, "--processes", "8", "--text", "--", sys.executable, "-c",
                      FORK_BOMB)
     assert code == 0, out
     failure, forked = str(out["stdout"]).split()
     assert failure == "EAGAIN"
     assert int(forked) < 8
-    code, out = _cli("exec", "--memory-bytes", str(64 << 20), "--", sys.executable, "-c",
-                     "b = bytearray(256 << 20); print(len(b))")
+    code, out = _cli("exec", *wall, "--memory-bytes", str(64 << 20), "--", sys.executable,
+                     "-c", "b = bytearray(256 << 20); print(len(b))")
     assert (code, out.get("error")) == (1, "memory_limit"), out
     assert list((base / "trunner").iterdir()) == []  # every run's cgroup removed
