@@ -79,16 +79,20 @@ class RunCgroups:
             OSError: the setup was refused.
         """
         parent = os.path.join(base, DIR_NAME)
-        if (base, controller) not in self._enabled:
-            # v2: the base and `trunner/` each give the controller to their
-            # children (a run's cgroup has `pids.max` only then).
+        first = (base, controller) not in self._enabled
+        if first:
             _give(base, controller)
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(parent)
-            _give(parent, controller)
             self._enabled.add((base, controller))
-        with contextlib.suppress(FileExistsError):
+        try:
             os.mkdir(parent)
+            made = True
+        except FileExistsError:
+            made = False
+        if first or made:
+            # v2: the base and `trunner/` each give the controller to their
+            # children (a run's cgroup has `pids.max` only then), a `trunner/`
+            # made again under a live backend too.
+            _give(parent, controller)
         return parent
 
     def make(self, bases: Sequence[tuple[str, str]],
