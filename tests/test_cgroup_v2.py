@@ -1,18 +1,20 @@
-"""cgroup v2 as users deploy it (issue 32), in a guest whose cgroup tree is
-laid out as systemd lays it out (scripts/guest/layout), named by
-TRUNNER_TEST_CGROUP_LAYOUT (scripts/test-cgroup-v2 boots the guest for each):
+"""cgroup v2 as users deploy it (issue 32), in a guest under systemd 252
+(scripts/guest/run-v2), the caller placed by scripts/guest/layout as named
+by TRUNNER_TEST_CGROUP_LAYOUT (scripts/test-cgroup-v2 runs each):
 
 - `root`: the caller in the root cgroup (a VM with nothing else, a container);
-- `service`: a plain service, not delegated: refused, naming the fix;
-- `delegated`: a `Delegate=yes` service; the caller in it: refused until
-  it moves itself into a leaf (`cgroup_leaf`), and refused while another
-  process stays there;
+- `service`, `session`: a plain service, a root login's session scope: not
+  delegated, refused, naming the fix;
+- `delegated`, `scope`: a `Delegate=yes` service, `systemd-run --scope -p
+  Delegate=yes`, the caller in it: refused until it moves itself into a
+  leaf (`cgroup_leaf`), and refused while another process stays there;
 - `delegated-leaf`: the same, the caller already in a leaf (`DelegateSubgroup=`);
 - `user`: uid 65534 in a service of its `user@.service`, not delegated:
   runs without cgroups (RLIMIT_NPROC), and doctor names the fix;
-- `user-delegated`: uid 65534 in a `Delegate=yes` scope of its
-  `user@.service`: refused until it moves into a leaf, then per-run
-  cgroups, as root gets.
+- `user-delegated`: uid 65534 in `systemd-run --user --scope -p Delegate=yes`
+  (which systemd 252 does not mark): RLIMIT_NPROC until it names a leaf,
+  then refused while another process stays beside it, then per-run cgroups
+  once it moves, as root gets; `user-delegated-leaf`: already in the leaf.
 
 Each asserts that `trunner doctor` predicts what a real run does, that
 the doctor changed nothing, and where runs get cgroups that `processes`
@@ -44,15 +46,18 @@ CGROUPS = Path("/sys/fs/cgroup")
 EXPECTED = {
     "root": "cgroup",
     "service": "Delegate=yes",
+    "session": "Delegate=yes",
     "delegated": "Runner(cgroup_leaf=NAME)",
+    "scope": "Runner(cgroup_leaf=NAME)",
     "delegated-leaf": "cgroup",
     "user": "rlimit",
-    "user-delegated": "Runner(cgroup_leaf=NAME)",
+    "user-delegated": "rlimit",
+    "user-delegated-leaf": "cgroup",
 }
 #: The leaf the layouts that need one move into.
 LEAF = "supervisor"
 #: Where the caller sits in the delegated cgroup itself, so must move.
-MOVES = ("delegated", "user-delegated")
+MOVES = ("delegated", "scope", "user-delegated")
 
 FORK_BOMB = """
 import errno, os, time
@@ -103,8 +108,16 @@ def test_doctor_predicts_a_real_run_and_changes_nothing() -> None:
         assert (code, out["error"]) == (1, "process_limit_unavailable"), out
         assert expected in str(out["detail"]), out
         assert expected in str(doctor["refusal_detail"]), doctor
+        text = subprocess.run([*TRUNNER, "doctor"], capture_output=True, text=True,
+                              timeout=scaled(120), cwd="/tmp").stdout
+        lines = text.partition("layers:")[2].splitlines()
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith("process_limit:"))
+        assert lines[at].partition("process_limit: ")[2] == (
+            "DOES NOT HOLD: no pids cgroup for the runs"), text
+        assert lines[at + 1].strip().startswith("cgroups: "), text  # the note, with the fix
+        assert expected in lines[at + 1], text
     if expected == "rlimit":  # doctor says how to get cgroups
-        assert "systemd-run --user --scope -p Delegate=yes" in str(limit["cgroup_note"]), limit
+        assert delegation.USER_FIX in str(limit["cgroup_note"]), limit
 
 
 #: Moves itself into LEAF through `Runner(cgroup_leaf=)` and runs: in a

@@ -422,9 +422,12 @@ def _layer_text(name: str, layer: dict[str, Any]) -> str:
                   for f, covered in layer["covered_by_other_layers"].items()]
         return "\n".join(lines)
     if name == "process_limit":
+        note = f"\n{'':>22}cgroups: {layer['cgroup_note']}" if layer.get("cgroup_note") else ""
+        if not layer["holds"]:
+            return f"{state}: no pids cgroup for the runs{note}"
         where = f" under {layer['cgroup_base']}" if layer["cgroup_base"] else ""
         per_run = ", per run" if layer["per_run"] else ", per uid (kernel before 5.14)"
-        return f"{state}: {layer['kind']}{where}{per_run}"
+        return f"{state}: {layer['kind']}{where}{per_run}{note}"
     if name == "seccomp":
         return state if layer["holds"] else f"{state}: {layer['detail']}"
     if name in ("memory", "identity"):

@@ -8,7 +8,11 @@ that holds no process: the caller lives in a leaf below D (systemd's
 `TRUNNER_CGROUP_LEAF`). D is delegated when it is the root of this cgroup
 namespace (a VM's whole tree, a container's with `--cgroupns=private`) or
 systemd marked it (`trusted.delegate` or `user.delegate`: a `Delegate=yes`
-service or scope, systemd 251 on). Never an ancestor systemd manages.
+service or scope, systemd 251 on). A user's manager before systemd 254
+marks none of its units, so for a non-root caller that names a leaf, D may
+also be its own cgroup inside a subtree delegated to its uid (its
+`user@.service`): naming the leaf says that D's unit is `Delegate=yes`.
+Never an ancestor systemd manages.
 
 `place` only reads (`trunner doctor` predicts with it); `enter_leaf` moves
 this process, and nothing else, into its leaf.
@@ -25,7 +29,8 @@ LEAF_VAR = "TRUNNER_CGROUP_LEAF"
 SERVICE_FIX = ("set Delegate=yes on the unit, with DelegateSubgroup=NAME (systemd 254 on) or"
                f" {LEAF_VAR}=NAME, or run the caller under"
                " `systemd-run --scope -p Delegate=yes CMD`")
-USER_FIX = "run the caller under `systemd-run --user --scope -p Delegate=yes CMD`"
+USER_FIX = ("run the caller under `systemd-run --user --scope -p Delegate=yes CMD`, with"
+            f" {LEAF_VAR}=NAME (Runner(cgroup_leaf=NAME))")
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,23 @@ def is_delegated(path: str, *, namespace_root: bool) -> bool:
     return False
 
 
+def _in_own_subtree(path: str, mount: str) -> bool:
+    """Whether the cgroup dir `path` is this uid's, below an ancestor that
+    is marked delegated and is this uid's too (a `user@.service`)."""
+    uid = os.getuid()
+    try:
+        if os.stat(path).st_uid != uid:
+            return False
+        up = os.path.dirname(path)
+        while len(up) > len(mount.rstrip("/")):
+            if os.stat(up).st_uid == uid and is_delegated(up, namespace_root=False):
+                return True
+            up = os.path.dirname(up)
+    except OSError:
+        return False
+    return False
+
+
 def _processes(path: str) -> list[int]:
     return [int(p) for p in _read(os.path.join(path, "cgroup.procs")).split()]
 
@@ -90,11 +112,17 @@ def place(controllers: tuple[str, ...], leaf: str = "", *, is_root: bool) -> Pla
     mount, own = found
     here = os.path.join(mount, own.lstrip("/"))
     fix = SERVICE_FIX if is_root else USER_FIX
-    if own != "/" and is_delegated(os.path.dirname(here),
-                                   namespace_root=os.path.dirname(own) == "/"):
+
+    def delegated(path: str, namespace_root: bool) -> bool:
+        return (is_delegated(path, namespace_root=namespace_root)
+                or (bool(leaf) and not is_root and _in_own_subtree(path, mount)))
+
+    up, up_root = os.path.dirname(here), os.path.dirname(own) == "/"
+    if own != "/" and (is_delegated(up, namespace_root=up_root)
+                       or (os.path.basename(here) == leaf and delegated(up, up_root))):
         # Already in a leaf below D: DelegateSubgroup=, or an earlier move.
-        return _check(os.path.dirname(here), controllers, mine=[os.getpid()])
-    if not is_delegated(here, namespace_root=own == "/"):
+        return _check(up, controllers, mine=[os.getpid()])
+    if not delegated(here, own == "/"):
         return Placement(refusal=f"this process's cgroup {own} is not delegated to it"
                                  f" (cgroup v2: no cgroup may be made there): {fix}")
     if not os.path.exists(os.path.join(here, "cgroup.type")):

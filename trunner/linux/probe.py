@@ -69,7 +69,8 @@ def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
             memory = placed.base if "memory" in placed.controllers else ""
             leaf = placed.leaf
         note = placed.refusal
-    if limit is None and not is_root:
+    # A leaf named asks for per-run cgroups: refused, not RLIMIT_NPROC instead.
+    if limit is None and not is_root and not cgroup_leaf:
         limit = ProcessLimit("userns_nproc" if per_userns else "rlimit_nproc")
     refusal, detail = None, ""
     disabled = [kind for kind, on in enabled.items() if not on]
@@ -91,9 +92,10 @@ def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
             " static C library are present)"
         )
     elif limit is None:
+        why = ("running as root, where RLIMIT_NPROC is not enforced," if is_root
+               else f"the cgroup leaf {cgroup_leaf!r} was named,")
         refusal, detail = Reason.PROCESS_LIMIT_UNAVAILABLE, (
-            "running as root, where RLIMIT_NPROC is not enforced, and no pids cgroup"
-            f" can be created{': ' + note if note else ''}"
+            f"{why} and no pids cgroup can be created{': ' + note if note else ''}"
         )
     return HostSupport(
         platform=sys.platform,
