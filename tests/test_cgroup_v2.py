@@ -14,7 +14,14 @@ by TRUNNER_TEST_CGROUP_LAYOUT (scripts/test-cgroup-v2 runs each):
 - `user-delegated`: uid 65534 in `systemd-run --user --scope -p Delegate=yes`
   (which systemd 252 does not mark): RLIMIT_NPROC until it names a leaf,
   then refused while another process stays beside it, then per-run cgroups
-  once it moves, as root gets; `user-delegated-leaf`: already in the leaf.
+  once it moves, as root gets; `user-delegated-leaf`: already in the leaf;
+- `docker`: root in a container run `--privileged --cgroupns=private`, its
+  process moved into a leaf first: per-run cgroups; `docker-default`: root
+  in a container run with Docker's defaults: refused, naming the flags;
+  `docker-user`: uid 65534 in one run with the least flags that let the
+  jail work: RLIMIT_NPROC; `docker-user-init`: the same with `--init`,
+  whose docker-init is a mount below /usr: refused (a non-root jail cannot
+  bind /usr without it).
 
 Each asserts that `trunner doctor` predicts what a real run does, that
 the doctor changed nothing, and where runs get cgroups that `processes`
@@ -42,17 +49,22 @@ pytestmark = pytest.mark.skipif(
 TRUNNER = [sys.executable, "-m", "trunner"]
 CGROUPS = Path("/sys/fs/cgroup")
 #: What a run in each layout gets: "cgroup" (per-run cgroups), "rlimit" (no
-#: cgroup: RLIMIT_NPROC), or the refusal's fix, named in its detail.
-EXPECTED = {
-    "root": "cgroup",
-    "service": "Delegate=yes",
-    "session": "Delegate=yes",
-    "delegated": "Runner(cgroup_leaf=NAME)",
-    "scope": "Runner(cgroup_leaf=NAME)",
-    "delegated-leaf": "cgroup",
-    "user": "rlimit",
-    "user-delegated": "rlimit",
-    "user-delegated-leaf": "cgroup",
+#: cgroup: RLIMIT_NPROC; then the fix for cgroups that doctor's note names),
+#: or the refusal's reason and the fix its detail names.
+EXPECTED: dict[str, tuple[str, str]] = {
+    "root": ("cgroup", ""),
+    "service": ("process_limit_unavailable", "Delegate=yes"),
+    "session": ("process_limit_unavailable", "Delegate=yes"),
+    "delegated": ("process_limit_unavailable", "Runner(cgroup_leaf=NAME)"),
+    "scope": ("process_limit_unavailable", "Runner(cgroup_leaf=NAME)"),
+    "delegated-leaf": ("cgroup", ""),
+    "user": ("rlimit", delegation.USER_FIX),
+    "user-delegated": ("rlimit", delegation.USER_FIX),
+    "user-delegated-leaf": ("cgroup", ""),
+    "docker": ("cgroup", ""),
+    "docker-default": ("sandbox_setup", "--security-opt seccomp=unconfined"),
+    "docker-user": ("rlimit", delegation.CONTAINER_FIX),
+    "docker-user-init": ("sandbox_setup", "/usr/sbin/docker-init is a mount below /usr"),
 }
 #: The leaf the layouts that need one move into.
 LEAF = "supervisor"
@@ -98,16 +110,21 @@ def test_doctor_predicts_a_real_run_and_changes_nothing() -> None:
     _, doctor = _cli("doctor", "--json")
     assert _tree() == before  # the probe only reads
     code, out = _cli("exec", "--", "/bin/true")
-    expected = EXPECTED[LAYOUT]
+    expected, fix = EXPECTED[LAYOUT]
     assert doctor["can_run"] is (code == 0), (doctor, out)
     limit = doctor["layers"]["process_limit"]  # type: ignore[index]
     if expected in ("cgroup", "rlimit"):
         assert code == 0, out
         assert limit["kind"] == ("pids_cgroup" if expected == "cgroup" else "userns_nproc"), limit
-    else:
-        assert (code, out["error"]) == (1, "process_limit_unavailable"), out
-        assert expected in str(out["detail"]), out
-        assert expected in str(doctor["refusal_detail"]), doctor
+        assert fix in str(limit["cgroup_note"]), limit  # how to get cgroups ("": none needed)
+        return
+    assert (code, out["error"]) == (1, expected), out
+    assert fix in str(out["detail"]), out
+    assert fix in str(doctor["refusal_detail"]), doctor
+    if LAYOUT == "docker-default":  # every flag Docker's defaults call for, at once
+        for opt in ("seccomp", "apparmor", "systempaths"):
+            assert f"--security-opt {opt}=unconfined" in str(out["detail"]), out
+    if expected == "process_limit_unavailable":
         text = subprocess.run([*TRUNNER, "doctor"], capture_output=True, text=True,
                               timeout=scaled(120), cwd="/tmp").stdout
         lines = text.partition("layers:")[2].splitlines()
@@ -115,9 +132,7 @@ def test_doctor_predicts_a_real_run_and_changes_nothing() -> None:
         assert lines[at].partition("process_limit: ")[2] == (
             "DOES NOT HOLD: no pids cgroup for the runs"), text
         assert lines[at + 1].strip().startswith("cgroups: "), text  # the note, with the fix
-        assert expected in lines[at + 1], text
-    if expected == "rlimit":  # doctor says how to get cgroups
-        assert delegation.USER_FIX in str(limit["cgroup_note"]), limit
+        assert fix in lines[at + 1], text
 
 
 #: Moves itself into LEAF through `Runner(cgroup_leaf=)` and runs: in a
@@ -171,7 +186,7 @@ def test_the_caller_moves_itself_into_a_leaf_only_when_asked() -> None:
     assert sorted(p.name for p in delegated.iterdir() if p.is_dir()) == [LEAF, "tests", "trunner"]
 
 
-@pytest.mark.skipif(EXPECTED.get(LAYOUT) != "cgroup", reason="runs get no cgroup here")
+@pytest.mark.skipif(EXPECTED.get(LAYOUT, ("",))[0] != "cgroup", reason="runs get no cgroup here")
 def test_processes_and_memory_hold_and_no_cgroup_is_left() -> None:
     _, doctor = _cli("doctor", "--json")
     base = Path(str(doctor["layers"]["process_limit"]["cgroup_base"]))  # type: ignore[index]

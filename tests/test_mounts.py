@@ -433,3 +433,35 @@ def test_scratch_bytes_is_validated() -> None:
     with pytest.raises(msgspec.ValidationError):
         Limits(scratch_bytes=1)
 
+
+
+# -- mounts below a bind ----------------------------------------------------------
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="mounting a tmpfs takes root")
+def test_a_non_root_jail_refuses_a_bind_with_a_mount_below(tmp_path: Path) -> None:
+    """A non-root caller's jail is a user namespace of its own, where the
+    kernel locks every mount to its parent: binding a dir alone with a mount
+    below it fails EINVAL (shown for real in the cgroup v2 guest: Docker's
+    --init, scripts/test-cgroup-v2's `docker-user-init`). The plan is
+    refused first, naming the mount; a root caller's is not."""
+    import subprocess
+
+    from trunner.errors import RunnerError
+    from trunner.linux.backend import LinuxBackend, _refuse_locked_submounts
+
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(pkg / "sub")], check=True)
+    try:
+        backend = Runner(import_paths=[str(pkg)]).backend
+        assert isinstance(backend, LinuxBackend)
+        plan = backend.prepared(Limits()).plan  # as root: planned
+        assert any(isinstance(op, Bind) and op.source == str(pkg) for op in plan.root_ops)
+        with pytest.raises(RunnerError) as caught:
+            _refuse_locked_submounts(plan)
+        assert caught.value.reason is Reason.SANDBOX_SETUP
+        assert f"{pkg}/sub is a mount below {pkg}, which the jail binds" in caught.value.detail
+    finally:
+        subprocess.run(["umount", str(pkg / "sub")], check=True)
+    _refuse_locked_submounts(plan)  # the mount gone: nothing to refuse

@@ -295,6 +295,26 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
+def _refuse_locked_submounts(plan: HelperPlan) -> None:
+    """A non-root caller's jail is a user namespace it owns, where the kernel
+    locks every mount copied in to its parent: a dir with a mount below it
+    cannot be bound alone (EINVAL), and trunner binds no more than the dir.
+    So such a bind is refused, naming the mount (Docker's `--init` puts
+    docker-init under /usr)."""
+    mounts = sockets.mount_points()
+    for op in plan.root_ops:
+        if not isinstance(op, Bind):
+            continue
+        top = op.source.rstrip("/") + "/"
+        below = sorted(m for m in mounts if m.startswith(top))
+        if below:
+            raise RunnerError(Reason.SANDBOX_SETUP, (
+                f"{below[0]} is a mount below {op.source}, which the jail binds: a non-root"
+                " caller's jail cannot bind a dir without the mounts below it (the kernel"
+                " locks them in a new user namespace): unmount it, or run as root (Docker:"
+                " run without --init, whose docker-init is mounted under /usr)"))
+
+
 @dataclass
 class LinuxBackend:
     """The Linux jail backend.
@@ -443,6 +463,8 @@ class LinuxBackend:
                              import_paths=self.import_paths, parent_pid=os.getpid(),
                              landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip,
                              seccomp_bpf=self._bpf)
+            if not self.probe().is_root:
+                _refuse_locked_submounts(plan)
             plan = with_masks(plan, self._sockets_shown(plan))
             document = self._document(limits, plan, paths)
             done = Prepared(plan, document, digest(document))

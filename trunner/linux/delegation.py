@@ -31,6 +31,8 @@ SERVICE_FIX = ("set Delegate=yes on the unit, with DelegateSubgroup=NAME (system
                " `systemd-run --scope -p Delegate=yes CMD`")
 USER_FIX = ("run the caller under `systemd-run --user --scope -p Delegate=yes CMD`, with"
             f" {LEAF_VAR}=NAME (Runner(cgroup_leaf=NAME))")
+CONTAINER_FIX = (f"run the container with --privileged and {LEAF_VAR}=NAME (Docker, Podman),"
+                 " or not as root")
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,9 @@ def _read(path: str) -> str:
         return ""
 
 
-def own_cgroup() -> tuple[str, str] | None:
-    """(the cgroup2 mount point, this process's cgroup path in it), or None
-    where there is no unified hierarchy."""
+def own_cgroup() -> tuple[str, str, bool] | None:
+    """(the cgroup2 mount point, this process's cgroup path in it, whether
+    the mount is read-only), or None where there is no unified hierarchy."""
     own = next((line[3:] for line in _read("/proc/self/cgroup").splitlines()
                 if line.startswith("0::")), None)
     if own is None:
@@ -64,7 +66,8 @@ def own_cgroup() -> tuple[str, str] | None:
     for line in _read("/proc/self/mountinfo").splitlines():
         left, _, right = line.partition(" - ")
         if right.split(" ", 1)[0] == "cgroup2":
-            return left.split(" ")[4], own
+            fields = left.split(" ")
+            return fields[4], own, "ro" in fields[5].split(",")
     return None
 
 
@@ -109,9 +112,12 @@ def place(controllers: tuple[str, ...], leaf: str = "", *, is_root: bool) -> Pla
     found = own_cgroup()
     if found is None:
         return Placement(refusal="no cgroup v2 hierarchy is mounted")
-    mount, own = found
+    mount, own, read_only = found
     here = os.path.join(mount, own.lstrip("/"))
     fix = SERVICE_FIX if is_root else USER_FIX
+    if read_only:
+        return Placement(refusal=f"the cgroup2 hierarchy at {mount} is mounted read-only (a"
+                                 f" container's default): {CONTAINER_FIX}")
 
     def delegated(path: str, namespace_root: bool) -> bool:
         return (is_delegated(path, namespace_root=namespace_root)

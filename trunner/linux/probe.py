@@ -30,6 +30,41 @@ def _has_seccomp_filter() -> bool:
     return "\nSeccomp:" in status and actions != ""
 
 
+#: Tries unshare(CLONE_NEWUSER) and exits with its errno (0: allowed).
+_TRY_USERNS = ("import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True);"
+               " sys.exit(0 if libc.unshare(0x10000000) == 0 else ctypes.get_errno())")
+
+
+def container_blocks() -> list[str]:
+    """What a container's confinement of this process forbids the jail,
+    each with the fix: a read-only /proc/sys (the jail sets its own IPC
+    namespace's limits there), an AppArmor profile in force, a seccomp
+    filter that forbids unshare. Docker's defaults do all three. Reads,
+    but for the last: under a seccomp filter, a child process tries
+    unshare(CLONE_NEWUSER) (a namespace of its own, gone when it exits)."""
+    found = []
+    for line in (cgroup.read_text("/proc/self/mountinfo") or "").splitlines():
+        fields = line.split(" ")
+        if len(fields) > 5 and fields[4] == "/proc/sys" and "ro" in fields[5].split(","):
+            found.append("/proc/sys is read-only (Docker: --security-opt systempaths=unconfined)")
+            break
+    profile = (cgroup.read_text("/proc/self/attr/apparmor/current")
+               or cgroup.read_text("/proc/self/attr/current") or "").strip()
+    if profile.endswith("(enforce)"):
+        found.append(f"AppArmor confines this process ({profile}), forbidding mounts"
+                     " (Docker: --security-opt apparmor=unconfined)")
+    status = cgroup.read_text("/proc/self/status") or ""
+    if "\nSeccomp:\t2" in status:
+        import subprocess
+
+        tried = subprocess.run([sys.executable, "-I", "-S", "-c", _TRY_USERNS], env={},
+                               stdin=subprocess.DEVNULL, capture_output=True, check=False)
+        if tried.returncode != 0:
+            found.append(f"a seccomp filter forbids unshare ({os.strerror(tried.returncode)};"
+                         " Docker: --security-opt seccomp=unconfined)")
+    return found
+
+
 def kernel_version() -> tuple[int, int]:
     """(major, minor) of the running kernel; (0, 0) if unparsable."""
     parts = os.uname().release.split(".")
@@ -45,7 +80,8 @@ NAMESPACE_SYSCTLS = (("user", "user"), ("net", "net"), ("mount", "mnt"), ("pid",
 
 
 def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
-    """What this kernel supports. Reads only. `cgroup_leaf`: the leaf a
+    """What this kernel supports. Reads only (but see `container_blocks`).
+    `cgroup_leaf`: the leaf a
     cgroup v2 caller may move into (`Runner(cgroup_leaf=)`; None: the
     environment's `TRUNNER_CGROUP_LEAF`)."""
     is_root = os.getuid() == 0
@@ -86,6 +122,9 @@ def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
             f"{', '.join(disabled)} namespaces are disabled"
             f" (/proc/sys/user/max_*_namespaces is 0)"
         )
+    elif blocks := container_blocks():
+        refusal, detail = Reason.SANDBOX_SETUP, (
+            f"this process's confinement forbids the jail: {'; '.join(blocks)}")
     elif not os.access(install.WAITER, os.X_OK):
         refusal, detail = Reason.SANDBOX_SETUP, (
             f"{install.WAITER} is not built (reinstall trunner where a C compiler and a"
