@@ -227,8 +227,11 @@ async def host_process_as(uid: int) -> AsyncIterator[subprocess.Popen[bytes]]:
         ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "cat"],
         stdin=subprocess.PIPE)
     try:
-        await wait_until(lambda: live_status(process.pid)["Uid"].split()[0] == str(uid), 30,
-                         f"a host process running as {uid}")
+        def is_cat_as_uid() -> bool:  # setpriv's setuid comes before its exec of cat
+            status = live_status(process.pid)
+            return status["Uid"].split()[0] == str(uid) and status["Name"] == "cat"
+
+        await wait_until(is_cat_as_uid, 30, f"a host process (cat) running as {uid}")
         yield process
     finally:
         end(process)
