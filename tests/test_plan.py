@@ -114,7 +114,7 @@ CHECKS: dict[str, Any] = {
     "jail_nproc": lambda v: v == 5 + 2,
     "memory": lambda v: v == NoMemoryCgroup(),
     "rlimits": lambda v: {Rlimit(resource=resource.RLIMIT_NOFILE, soft=99, hard=99),
-                          Rlimit(resource=resource.RLIMIT_CPU, soft=3, hard=4),
+                          Rlimit(resource=resource.RLIMIT_CPU, soft=4, hard=5),
                           Rlimit(resource=resource.RLIMIT_CORE, soft=0, hard=0)} <= set(v)
     and len(v) == 7,
     "ipc_limits": lambda v: v == ipc_limits_for(LIMITS),

@@ -101,6 +101,31 @@ async def test_a_spinner_ends_by_cpu_time_with_its_usage(runner: Runner) -> None
     assert usage.wall_s < scaled(15)
 
 
+@pytest.mark.slow
+async def test_beside_two_busy_loops_cpu_time_never_ends_a_run_below_its_bound(
+        runner: Runner) -> None:
+    """On 2 shared cores a spinner's scaled CPU time lags the kernel's tick
+    sampling: RLIMIT_CPU at the bound's whole second fired first, at 0.93 s
+    reported under cpu_time_s=1 (issue 33). Ten runs, each `cpu_time` at
+    1.0 s or more."""
+    import subprocess
+
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        limits = runner.limits.replace(cpu_time_s=1.0, wall_time_s=scaled(30))
+        reported = []
+        for _ in range(10):
+            e = await exec_fails(runner, py("while True: pass"), limits)
+            assert e.reason is Reason.CPU_TIME, (e.reason, e.detail)
+            reported.append(usage_of(e).cpu_s)
+        print("cpu_s reported:", sorted(reported))
+        assert min(reported) >= 1.0, reported
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
 async def test_four_spinners_share_one_whole_run_cpu_time(runner: Runner) -> None:
     """cpu_time_s is the tree's: four processes reach 1.0 s together (not 4 s each)."""
     limits = runner.limits.replace(cpu_time_s=1.0, wall_time_s=20, processes=16)
@@ -259,8 +284,11 @@ def test_cpu_time_s_is_a_float_and_ints_keep_working() -> None:
         Limits(cpu_time_s=0)
 
 
-@pytest.mark.parametrize(("cpu", "soft"), [(0.25, 1), (1, 1), (1.5, 2), (10, 10)])
-def test_rlimit_cpu_is_a_backstop_at_the_next_whole_second(cpu: float, soft: int) -> None:
+@pytest.mark.parametrize(("cpu", "soft"), [(0.25, 2), (1, 2), (1.5, 3), (10, 11)])
+def test_rlimit_cpu_is_a_backstop_a_second_past_the_next_whole_second(cpu: float,
+                                                                       soft: int) -> None:
+    """Never first: at ceil(cpu_time_s) the kernel's tick-sampled check fired
+    below the bound (issue 33: 0.93 s reported under cpu_time_s=1)."""
     import resource
 
     limits = Limits(cpu_time_s=cpu)
@@ -278,7 +306,7 @@ def test_a_runner_error_keeps_its_usage_through_pickle() -> None:
 
 
 def test_sub_second_cpu_limits_have_versions_of_their_own() -> None:
-    """0.5 s and 0.7 s share RLIMIT_CPU's backstop (1 s) but not their bound."""
+    """0.5 s and 0.7 s share RLIMIT_CPU's backstop (2 s) but not their bound."""
     runner = Runner()
     assert (runner.rules_version(Limits(cpu_time_s=0.5))
             != runner.rules_version(Limits(cpu_time_s=0.7)))

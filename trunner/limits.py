@@ -42,7 +42,8 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     stderr_max_bytes: Annotated[int, Meta(ge=0, le=1 * GiB)] = 64 * KiB
     #: CPU time (user + system) of the program's whole process tree; a
     #: float, sub-second. Past it the run fails `cpu_time`. Each process
-    #: also has RLIMIT_CPU at the next whole second + 1, a backstop.
+    #: also has RLIMIT_CPU one second past the next whole second, a backstop
+    #: that never fires first.
     cpu_time_s: Annotated[float, Meta(gt=0, le=86400)] = 10.0
     #: RLIMIT_AS of each process, or "auto" (AUTO): none where the run has a
     #: memory cgroup, else AUTO_ADDRESS_SPACE_BYTES. A number holds everywhere.
