@@ -110,7 +110,8 @@ async def test_beside_two_busy_loops_cpu_time_never_ends_a_run_below_its_bound(
     1.0 s or more."""
     import subprocess
 
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"])  # noqa: ASYNC220
+             for _ in range(2)]  # killed and reaped below
     try:
         limits = runner.limits.replace(cpu_time_s=1.0, wall_time_s=scaled(30))
         reported = []
