@@ -140,13 +140,23 @@ async def test_writes_to_proc_sys_fail(runner: Runner, path: str) -> None:
     assert os.stat(path).st_mtime_ns == before
 
 
-async def test_masked_proc_entries_show_nothing(runner: Runner) -> None:
-    result = await run_code(runner, """
-        out = {}
-        for p in ("/proc/keys", "/proc/timer_list", "/proc/interrupts", "/proc/kcore"):
-            out[p] = attempt(lambda: open(p, "rb").read(100))
-        result = out
-    """)
+async def test_masked_proc_entries_show_nothing(runner: Runner, tmp_path: Path) -> None:
+    # A lock the host holds, which the jail's /proc/locks would list (issue 33).
+    import fcntl
+
+    with open(tmp_path / "held", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = await run_code(runner, """
+            out = {}
+            for p in ("/proc/keys", "/proc/timer_list", "/proc/interrupts", "/proc/kcore",
+                      "/proc/locks", "/proc/sys/kernel/random/boot_id"):
+                out[p] = attempt(lambda: open(p, "rb").read(100))
+            result = out
+        """)
+        with open("/proc/locks", "rb") as host:
+            assert host.read(100)  # the host's is not empty
+    with open("/proc/sys/kernel/random/boot_id", "rb") as host:
+        assert len(host.read().strip()) == 36  # a UUID on the host
     for path, got in result.items():
         assert got in ("OK:b''", "ENOENT", "EACCES"), (path, got)
 

@@ -78,13 +78,14 @@ PTY_MAX: Final = 64
 #: /proc entries made read-only (runc's readonlyPaths).
 PROC_READ_ONLY: Final = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 #: /proc entries hidden (runc's maskedPaths, plus the host's boot command line
-#: and kernel build config): /dev/null over files, an empty read-only tmpfs over
-#: directories. /proc/stat, /proc/loadavg and /proc/pressure stay: ps and top
-#: read them (docs/jail.md: what it still sees of the host).
+#: and kernel build config, its OFD and flock locks, and the machine's boot id):
+#: /dev/null over files, an empty read-only tmpfs over directories. /proc/stat,
+#: /proc/loadavg and /proc/pressure stay: ps and top read them (docs/jail.md:
+#: what it still sees of the host).
 PROC_MASKED: Final = (
     "/proc/acpi", "/proc/asound", "/proc/cmdline", "/proc/config.gz", "/proc/interrupts",
-    "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/sched_debug", "/proc/scsi",
-    "/proc/timer_list", "/proc/timer_stats",
+    "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/locks", "/proc/sched_debug",
+    "/proc/scsi", "/proc/sys/kernel/random/boot_id", "/proc/timer_list", "/proc/timer_stats",
 )
 #: Paths the jail builds itself; a profile naming them means the built one.
 #: (Host paths inside /tmp or /etc are bound there.)
