@@ -144,7 +144,15 @@ async def test_masked_proc_entries_show_nothing(runner: Runner, tmp_path: Path) 
     # A lock the host holds, which the jail's /proc/locks would list (issue 33).
     import fcntl
 
-    with open(tmp_path / "held", "w") as held:
+    def head(path: str) -> bytes:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return os.read(fd, 100)
+        finally:
+            os.close(fd)
+
+    held = os.open(tmp_path / "held", os.O_CREAT | os.O_WRONLY, 0o600)
+    try:
         fcntl.flock(held, fcntl.LOCK_EX)
         result = await run_code(runner, """
             out = {}
@@ -153,10 +161,10 @@ async def test_masked_proc_entries_show_nothing(runner: Runner, tmp_path: Path) 
                 out[p] = attempt(lambda: open(p, "rb").read(100))
             result = out
         """)
-        with open("/proc/locks", "rb") as host:
-            assert host.read(100)  # the host's is not empty
-    with open("/proc/sys/kernel/random/boot_id", "rb") as host:
-        assert len(host.read().strip()) == 36  # a UUID on the host
+        assert head("/proc/locks")  # the host's is not empty
+    finally:
+        os.close(held)
+    assert len(head("/proc/sys/kernel/random/boot_id").strip()) == 36  # a UUID on the host
     for path, got in result.items():
         assert got in ("OK:b''", "ENOENT", "EACCES"), (path, got)
 
