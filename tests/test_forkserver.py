@@ -70,7 +70,7 @@ def _check_server(pid: int, *, idle: bool = True) -> None:
         return
     held = _held(pid)
     with open(f"/proc/{pid}/cmdline", "rb") as f:
-        control = int(f.read().split(b"\0")[-3])  # `server FD PARENT_PID`
+        control = int(f.read().split(b"\0")[-2])  # `server FD`
     assert sorted(held) == [0, 1, 2, control], held
     assert held[0] == held[1] == "/dev/null"
     assert held[2].startswith("pipe:")  # its stderr, for the parent to show
@@ -134,6 +134,18 @@ async def test_pooled_runs_carry_the_cold_rules_version_and_usage(runner: Runner
     assert pooled.usage is not None
     assert pooled_exec.usage is not None
     assert pooled_exec.response.exit_code == cold_exec.response.exit_code == 0
+
+
+async def test_no_command_line_in_a_pooled_jail_names_the_callers_pid(runner: Runner) -> None:
+    """The server learns the parent's pid from the channel's peer credentials:
+    in its argv, pid 2 (the leader, forked from it) showed it (issue 33)."""
+    show = ("import os\nfor p in os.listdir('/proc'):\n if p.isdigit():\n"
+            "  print(p, open(f'/proc/{p}/cmdline', 'rb').read().replace(b'\\0', b' ').decode())")
+    async with runner.pool("exec", size=1) as pool:
+        done = await pool.exec([sys.executable, "-I", "-S", "-c", show])
+    lines = done.response.stdout.decode().splitlines()
+    assert any("server" in line.split() for line in lines), lines  # the leader's: the server's
+    assert all(str(os.getpid()) not in line.split()[1:] for line in lines), lines
 
 
 SPIN = [sys.executable, "-I", "-S", "-c", "while True: pass"]

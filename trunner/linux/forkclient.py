@@ -215,7 +215,7 @@ class ForkServer:
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         try:
             popen = subprocess.Popen(
-                [*self._launch, "server", str(theirs.fileno()), str(os.getpid())],
+                [*self._launch, "server", str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_w, cwd="/",
                 env=self._env, close_fds=True, pass_fds=(theirs.fileno(),),
                 start_new_session=True)

@@ -1,12 +1,14 @@
 """The fork server: the helper's unconfined first stage, kept alive for a pool.
 
-`trunner-worker server FD PARENT_PID` runs as the helper does (this
+`trunner-worker server FD` runs as the helper does (this
 interpreter with `-I -S`, a cleared environment, a session of its own) and
 stops before any confinement step: per run it must still do what only that
 stage can (join cgroups, take the run's ids, build the root, unshare). FD is
 its end of the control channel, a SOCK_SEQPACKET socket only the parent
-holds the other end of. It is all the server holds besides /dev/null on 0-2:
-single-threaded, no other descriptor, no shared mapping; it imports
+holds the other end of; the socket's peer credentials name the parent (no
+host pid in argv, which a run's leader shows as its command line). It is
+all the server holds besides /dev/null on 0-2: single-threaded, no other
+descriptor, no shared mapping; it imports
 trunner's helper chain, the built-in adapters and `_socket`, and never a
 user's module. Its objects are frozen out of the garbage collector
 (`gc.freeze`), so a forked run's collections do not copy its pages.
@@ -61,13 +63,16 @@ class Refused(Exception):
 def main(argv: "list[str]") -> "NoReturn":
     """Serve run messages on the control channel until it closes."""
     try:
-        fd, parent = int(argv[0]), int(argv[1])
-    except (IndexError, ValueError):
+        control = _socket.socket(fileno=int(argv[0]))
+        # The parent made the socketpair: its peer credentials name it (not
+        # argv, which a run's leader would show in its /proc/PID/cmdline).
+        creds = control.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    except (IndexError, ValueError, OSError):
         posix._exit(abi.SANDBOX_SETUP_EXIT)
+    parent = int.from_bytes(creds[:4], sys.byteorder)
     install.set_parent_death_signal(abi.SIGKILL)
     if posix.getppid() != parent:  # the parent died before the signal was armed
         posix._exit(abi.SANDBOX_SETUP_EXIT)
-    control = _socket.socket(fileno=fd)
     gc.freeze()
     while True:
         try:
