@@ -97,7 +97,10 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, 
 
 
 def _tree() -> list[str]:
-    return sorted(str(p.relative_to(CGROUPS)) for p in CGROUPS.rglob("*") if p.is_dir())
+    """Every cgroup trunner could make: a `trunner/` dir, a leaf, and below
+    (systemd's own come and go: a login session's slice torn down meanwhile)."""
+    return sorted(str(p.relative_to(CGROUPS)) for p in CGROUPS.rglob("*")
+                  if p.is_dir() and {"trunner", LEAF} & set(p.relative_to(CGROUPS).parts))
 
 
 def _own_cgroup(pid: int | str = "self") -> str:

@@ -505,6 +505,10 @@ def test_must_deny_names_are_not_in_the_policy() -> None:
 DOCKER_ALLOWED = Path(__file__).with_name("docker-default-allowed.txt")
 
 
+#: Allowed with argument checks: the page-cache channel (seccomp/policy.py).
+PAGE_CACHE_CALLS = ("fadvise64", "madvise", "preadv2", "pwritev2")
+
+
 def test_every_call_docker_allows_is_allowed_or_has_a_reason() -> None:
     """Anchored on Docker's default profile: each call it allows without a capability
     (the snapshot beside this file) is allowed here, unconditionally or with argument
@@ -514,8 +518,8 @@ def test_every_call_docker_allows_is_allowed_or_has_a_reason() -> None:
     docker = {line for line in DOCKER_ALLOWED.read_text().split("\n")
               if line and not line.startswith("#")}
     policy = seccomp.DEFAULT_POLICY
-    here = {*policy.allowed, *policy.self_only, "clone", "fcntl", "ioctl", "mknod", "mknodat",
-            "sendmmsg", "sendmsg", "sendto", "socket", "socketpair"}
+    here = {*policy.allowed, *policy.self_only, *PAGE_CACHE_CALLS, "clone", "fcntl", "ioctl",
+            "mknod", "mknodat", "sendmmsg", "sendmsg", "sendto", "socket", "socketpair"}
     reasons = dict(seccomp.DENIED_AS_DOCKER_ALLOWS)
     # Names x86_64 lacks (the *32 and time64 calls, other arches') are not calls here.
     known = {n for n in docker if pyseccomp.resolve_syscall(pyseccomp.Arch.X86_64, n) >= 0}
@@ -670,7 +674,8 @@ def test_foreign_abi_syscall_is_killed(
 def test_allowed_syscalls_sorted_unique_and_conditional_ones_kept_apart() -> None:
     names = seccomp.ALLOWED_SYSCALLS
     assert list(names) == sorted(set(names))
-    conditional = {"socket", "socketpair", "clone", "ioctl", "clone3", "fcntl", "sendto", "sendmsg"}
+    conditional = {"socket", "socketpair", "clone", "ioctl", "clone3", "fcntl", "sendto", "sendmsg",
+                   *PAGE_CACHE_CALLS}
     assert conditional.isdisjoint(names)
 
 
@@ -846,9 +851,23 @@ def test_policy_rules_of_the_default_policy() -> None:
     assert ioctl[:len(exact)] == [Rule(exact[v], "ioctl", (Arg(1, 0xFFFFFFFF, v),))
                                   for v in sorted(exact)]
     assert {r.action for r in ioctl[len(exact):]} == {ERRNO(errno.ENOTTY)}
+    # The page-cache channel: RWF_NOWAIT EOPNOTSUPP, two madvise advices EINVAL,
+    # POSIX_FADV_DONTNEED a no-op (errno 0), every other value allowed.
+    for name in ("preadv2", "pwritev2"):
+        assert by_name[name] == [Rule(ALLOW, name, (Arg(5, seccomp.RWF_NOWAIT, 0),)),
+                                 Rule(ERRNO(errno.EOPNOTSUPP), name,
+                                      (Arg(5, seccomp.RWF_NOWAIT, seccomp.RWF_NOWAIT),))]
+    assert by_name["madvise"][:2] == [
+        Rule(ERRNO(errno.EINVAL), "madvise", (Arg(2, 0xFFFFFFFF, seccomp.MADV_COLD),)),
+        Rule(ERRNO(errno.EINVAL), "madvise", (Arg(2, 0xFFFFFFFF, seccomp.MADV_PAGEOUT),))]
+    assert {r.action for r in by_name["madvise"][2:]} == {ALLOW}
+    assert by_name["fadvise64"][0] == Rule(ERRNO(0), "fadvise64",
+                                           (Arg(3, 0xFFFFFFFF, seccomp.POSIX_FADV_DONTNEED),))
+    assert {r.action for r in by_name["fadvise64"][1:]} == {ALLOW}
     assert set(by_name) == {*policy.allowed, *policy.errno_eperm, *policy.errno_enosys,
-                            *policy.self_only, "clone", "fcntl", "ioctl", "mknod", "mknodat",
-                            "sendmmsg", "sendmsg", "sendto", "socket", "socketpair"}
+                            *policy.self_only, *PAGE_CACHE_CALLS, "clone", "fcntl", "ioctl",
+                            "mknod", "mknodat", "sendmmsg", "sendmsg", "sendto", "socket",
+                            "socketpair"}
     # mknod, mknodat: one rule per file type, devices EPERM
     allowed_types = {a.value for r in by_name["mknodat"] if r.action == ALLOW for a in r.args}
     assert allowed_types == {0, 0o010000, 0o100000, 0o140000}
@@ -878,7 +897,8 @@ def test_each_syscalls_rules_agree_where_they_overlap_and_cover_every_call(profi
         by_name.setdefault(rule.syscall, []).append(rule)
     conditional = {name: rules for name, rules in by_name.items() if len(rules) > 1}
     assert set(conditional) == {"clone", "fcntl", "ioctl", "mknod", "mknodat", "prlimit64",
-                                "sendmmsg", "sendmsg", "sendto", "socket", "socketpair"}
+                                "sendmmsg", "sendmsg", "sendto", "socket", "socketpair",
+                                *PAGE_CACHE_CALLS}
     rng = random.Random(3)
     for name, rules in conditional.items():
         for rule in rules:

@@ -351,6 +351,45 @@ async def test_splice_cannot_write_a_read_only_file(runner: Runner) -> None:
     assert sha256(target) == digest
 
 
+# -- the page cache: evict-and-probe on a read-only bind ----------------------------------------
+
+def _cached(fd: int) -> bool:
+    """Whether the first page of `fd`'s file is in the page cache (RWF_NOWAIT)."""
+    try:
+        os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return False
+    return True
+
+
+async def test_a_bound_files_page_cache_can_be_neither_evicted_nor_probed(runner: Runner) -> None:
+    """Whether a page of a host file is cached tells a run when another run or
+    a host process read it (issue 33). The run cannot evict the page of a
+    read-only bind (POSIX_FADV_DONTNEED does nothing, MADV_PAGEOUT and
+    MADV_COLD fail EINVAL) nor ask whether it is cached (RWF_NOWAIT fails
+    EOPNOTSUPP): the host still has it cached after the run. What stays: a
+    timed first read (docs/jail.md)."""
+    target = os.path.join(os.path.dirname(os.__file__), "this.py")  # bound, rarely read
+    fd = os.open(target, os.O_RDONLY)
+    try:
+        os.read(fd, 1 << 16)
+        assert _cached(fd)
+        result = await run_code(runner, f"""
+            import mmap
+            fd = os.open({target!r}, os.O_RDONLY)
+            m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+            result = [attempt(lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)),
+                      attempt(lambda: m.madvise(21)),  # MADV_PAGEOUT
+                      attempt(lambda: m.madvise(20)),  # MADV_COLD
+                      attempt(lambda: os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)),
+                      attempt(lambda: os.preadv(fd, [bytearray(1)], 0, 0))]
+        """)
+        assert result == ["OK:None", "EINVAL", "EINVAL", "ENOTSUP", "OK:1"]
+        assert _cached(fd)  # the host's page stayed
+    finally:
+        os.close(fd)
+
+
 # -- memfd_create: fileless code adds nothing the working dir lacks ----------------------------
 
 async def test_memfd_cannot_overwrite_what_trunner_runs(runner: Runner) -> None:

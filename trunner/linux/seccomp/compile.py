@@ -149,7 +149,8 @@ def _low32_complement(denied: Iterable[int]) -> list[tuple[int, int]]:
 def _check_groups(policy: SeccompPolicy) -> None:
     """A name in two groups of the policy is an error: which rule wins would be
     libseccomp's choice, not the policy's."""
-    conditional = ["clone", "fcntl", "ioctl", "mknod", "mknodat", "sendmmsg", "sendmsg", "sendto"]
+    conditional = ["clone", "fadvise64", "fcntl", "ioctl", "madvise", "mknod", "mknodat",
+                   "preadv2", "pwritev2", "sendmmsg", "sendmsg", "sendto"]
     if policy.unix_only_socket:
         conditional += ["socket", "socketpair"]
     groups = {
@@ -269,6 +270,13 @@ def policy_rules(policy: SeccompPolicy) -> list[Rule]:
     # mknod(path, mode, dev), mknodat(dirfd, path, mode, dev)
     out += _mknod_rules("mknod", 1, policy.mknod_types)
     out += _mknod_rules("mknodat", 2, policy.mknod_types)
+    # preadv2/pwritev2(fd, iov, iovcnt, pos_l, pos_h, flags), madvise(addr, len,
+    # advice), fadvise64(fd, offset, len, advice): the page-cache channel (policy.py)
+    out += _flag_rules("preadv2", 5, policy.rwf_denied, ERRNO(errno.EOPNOTSUPP))
+    out += _flag_rules("pwritev2", 5, policy.rwf_denied, ERRNO(errno.EOPNOTSUPP))
+    out += _value_rules("madvise", 2, dict.fromkeys(policy.madvise_einval,
+                                                    ERRNO(errno.EINVAL)), ALLOW)
+    out += _value_rules("fadvise64", 3, dict.fromkeys(policy.fadvise_noop, ERRNO(0)), ALLOW)
     out += _value_rules("fcntl", 1, dict.fromkeys(policy.fcntl_eperm, EPERM), ALLOW)
     ioctl = {**dict.fromkeys(policy.ioctl_eperm, EPERM),
              **dict.fromkeys(policy.ioctl_allowed, ALLOW)}

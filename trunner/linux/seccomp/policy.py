@@ -118,6 +118,19 @@ UNIX_SOCKET_TYPES = (SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET)
 # Landlock's connect hook.
 MSG_FASTOPEN = 0x20000000
 
+# The page-cache channel: whether a page of a host file is cached tells a run
+# when another run or a host process read it. RWF_NOWAIT in preadv2/pwritev2
+# answers it without timing (EAGAIN when uncached); MADV_COLD/MADV_PAGEOUT on a
+# read-only mapping and POSIX_FADV_DONTNEED evict a host file's pages, so that a
+# timed read then probes it. The filter cannot tell a host bind from the scratch:
+# everywhere, RWF_NOWAIT fails EOPNOTSUPP (as on a file that lacks it), the two
+# madvise advices EINVAL (as a kernel without them), and DONTNEED does nothing
+# (advice: a cache that keeps pages is correct).
+RWF_NOWAIT = 0x8
+MADV_COLD = 20
+MADV_PAGEOUT = 21
+POSIX_FADV_DONTNEED = 4
+
 # The new process becomes a child of the caller's parent. Allowed: the jail's
 # pid 2 (the adapter) is a child of the jail's pid 1, which reaps every child;
 # pid 1 itself cannot use it (the kernel refuses CLONE_PARENT from a namespace's
@@ -283,7 +296,6 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "exit_group",
     "faccessat",
     "faccessat2",
-    "fadvise64",  # cat, sort
     "fallocate",  # posix_fallocate; bounded by the scratch size and RLIMIT_FSIZE
     "fchdir",  # find
     "fchmod",
@@ -355,7 +367,6 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "lseek",
     "lsetxattr",
     "lstat",
-    "madvise",
     "map_shadow_stack",
     "membarrier",
     "memfd_create",  # exec from the working dir is allowed anyway: a memfd adds no payload
@@ -403,7 +414,6 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "prctl",  # PR_SET_NAME from trio's thread cache; nothing reachable needs privileges
     "pread64",
     "preadv",
-    "preadv2",
     "process_mrelease",
     "process_vm_readv",  # the ptrace access check, as ptrace
     "process_vm_writev",
@@ -411,7 +421,6 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "ptrace",  # debuggers, strace: same uid, PID namespace, Landlock scope, non-dumpable adapter
     "pwrite64",
     "pwritev",
-    "pwritev2",
     "read",
     "readahead",
     "readlink",
@@ -547,8 +556,8 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     A name may appear in at most one of allowed/extra_allowed, errno_enosys,
     errno_eperm, self_only and the conditional rules (socket/socketpair when
-    `unix_only_socket`; clone, ioctl, fcntl, sendto, sendmsg, sendmmsg, mknod and
-    mknodat always).
+    `unix_only_socket`; clone, ioctl, fcntl, sendto, sendmsg, sendmmsg, mknod,
+    mknodat, preadv2, pwritev2, madvise and fadvise64 always).
     Values compared with ioctl's request, fcntl's cmd and the send flags are
     their low 32 bits: the kernel reads them as unsigned int. A name in none
     of them fails ENOSYS; only foreign architectures and x32 numbers kill.
@@ -594,6 +603,12 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     #: Allowed only with a pid argument (arg 0) of 0, the caller itself; EPERM
     #: for any other pid.
     self_only: tuple[str, ...] = ()
+    #: `preadv2`/`pwritev2` with any of these flags fail EOPNOTSUPP (0: unconditional).
+    rwf_denied: int = RWF_NOWAIT
+    #: `madvise` advices that fail EINVAL; the rest are allowed.
+    madvise_einval: tuple[int, ...] = (MADV_COLD, MADV_PAGEOUT)
+    #: `fadvise64` advices that succeed doing nothing; the rest are allowed.
+    fadvise_noop: tuple[int, ...] = (POSIX_FADV_DONTNEED,)
     #: `mknod`/`mknodat` only of these file types (mode & S_IFMT), else EPERM.
     mknod_types: tuple[int, ...] = MKNOD_TYPES
     #: `socket(AF_NETLINK, any type, protocol)` for these protocols, any other
@@ -603,9 +618,10 @@ class SeccompPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def __post_init__(self) -> None:
         for field in ("allowed", "errno_enosys", "extra_allowed", "errno_eperm", "self_only"):
             _names(getattr(self, field), field)
-        for field in ("clone_denied_flags", "send_flags_denied"):
+        for field in ("clone_denied_flags", "send_flags_denied", "rwf_denied"):
             _u32(getattr(self, field), field)
-        for field in ("ioctl_allowed", "ioctl_eperm", "fcntl_eperm"):
+        for field in ("ioctl_allowed", "ioctl_eperm", "fcntl_eperm", "madvise_einval",
+                      "fadvise_noop"):
             for value in getattr(self, field):
                 _u32(value, field)
         if set(self.ioctl_allowed) & set(self.ioctl_eperm):
