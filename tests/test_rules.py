@@ -29,7 +29,7 @@ from trunner.rules import effective_rules_version
 #: (x86_64, Landlock ABI 7, root with a pids and a memory cgroup, no import paths;
 #: address_space_bytes "auto" resolved to no RLIMIT_AS).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "ce99885231bfd1a6bd3b14146c4b8d8db71794e82687166f3e4736cae8f835b8"
+GOLDEN_DEFAULT = "ae54aefa11584df0d225a7b8af9bee03cbef087c26fc2199ead9a5611906641d"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:
