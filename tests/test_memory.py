@@ -24,7 +24,8 @@ needs_memory_cgroup = pytest.mark.skipif(
 
 # Four processes of the run touch `mib` MiB each and hold it until all four
 # have (on a busy host a child could otherwise be done before the next
-# starts), then report.
+# starts), then report. A child killed before its byte leaves the parent an
+# EOF, not a wait until the deadline (the others closed their write ends).
 _TOUCH = """
 import mmap
 def touch(mib):
@@ -40,6 +41,7 @@ for _ in range(3):
         os.close(touched[0]); os.close(release[1])
         held = touch({mib})
         os.write(touched[1], b"t")
+        os.close(touched[1])  # a sibling the OOM killer takes then ends the parent's read
         os.read(release[0], 1)  # EOF once the parent has touched too
         os._exit(0)
     kids.append(pid)
