@@ -9,8 +9,9 @@ holds the other end of; the socket's peer credentials name the parent (no
 host pid in argv, which a run's leader shows as its command line). It is
 all the server holds besides /dev/null on 0-2: single-threaded, no other
 descriptor, no shared mapping; it imports trunner's helper chain, the
-built-in adapters and `_socket`, and never a user's module. Its objects are frozen out of the garbage collector
-(`gc.freeze`), so a forked run's collections do not copy its pages.
+built-in adapters and `_socket`, and never a user's module. Its objects
+are frozen out of the garbage collector (`gc.freeze`), so a forked run's
+collections do not copy its pages.
 
 Each message is one run: the marshal of `(STAGE, MODE)`, STAGE the helper's
 own argv (`PLAN 3 -- ADAPTER...`, as `trunner.linux.helper` reads it) and
