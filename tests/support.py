@@ -537,8 +537,11 @@ class Unjailed:
     async def wait_gone(self, pgid: int, report: bytes) -> None:
         pass
 
-    def oom_kills(self) -> int:
-        return 0
+    def oom_kills(self) -> tuple[int, bool]:
+        return 0, False
+
+    def admit(self, request_bytes: int) -> None:
+        pass
 
     def usage_now(self, pgid: int, *, program_only: bool) -> None:
         return None

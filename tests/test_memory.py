@@ -91,7 +91,8 @@ def test_the_plan_names_the_memory_bound() -> None:
     limits = Limits(memory_bytes=300 * MiB)
     root = dataclasses.replace(host, is_root=True, memory_cgroup_base="/sys/fs/cgroup/x")
     plan = plan_for(limits, root, memory_cgroup="/cg/m")
-    assert plan.memory == MemoryCgroup(cgroup="/cg/m", bytes=300 * MiB)
+    # The program's bound is memory_bytes, its sockets' (v1) the same figure.
+    assert plan.memory == MemoryCgroup(cgroup="/cg/m", bytes=300 * MiB, socket_bytes=300 * MiB)
     user = dataclasses.replace(host, is_root=False, uid=1000, gid=1000, memory_cgroup_base="")
     assert plan_for(limits, user).memory == NoMemoryCgroup()
     # Root without a memory controller: the same documented bound.

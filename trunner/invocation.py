@@ -100,6 +100,7 @@ async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
     The deadline starts now."""
     deadline = trio.current_time() + caps.wall_time_s
     try:
+        started.jail.admit(len(frame))
         outcome = await supervise(
             started.child,
             frame,
@@ -112,9 +113,13 @@ async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
     finally:
         oom_kills = started.jail.oom_kills()
         gone = await close_jail(started.jail)
-    if oom_kills:  # a breach fails the run, as a cap does, whatever the exit
-        outcome.fail(Reason.MEMORY_LIMIT, f"the run went past memory_bytes: the kernel killed"
-                     f" {oom_kills} of its processes")
+    kills, trunners_side = oom_kills
+    if kills:  # a breach fails the run, as a cap does, whatever the exit
+        where = ("the run's own bound (trunner's side: its adapter, request and output"
+                 " buffers), not the program's memory_bytes," if trunners_side
+                 else "memory_bytes:")
+        outcome.fail(Reason.MEMORY_LIMIT, f"the run went past {where} the kernel killed"
+                     f" {kills} of its processes")
     if not gone and outcome.exit_code == 0:  # else the run already failed: that reason wins
         outcome.fail(Reason.CLEANUP_FAILED, f"cannot remove the jail dir {started.jail.jail_dir}")
     return outcome

@@ -66,6 +66,9 @@ class HostSupport:
     #: Where per-run memory cgroups are made ("": no memory cgroup; the
     #: bound is then per process, RLIMIT_AS, and the scratch size).
     memory_cgroup_base: str = ""
+    #: Where per-run CPU accounting cgroups are made (v1 cpuacct; on v2 the
+    #: runs' one cgroup; "": none, the program's CPU time is then rusage's).
+    cpu_cgroup_base: str = ""
     refusal: Reason | None = None
     refusal_detail: str = ""
     #: The namespace kinds this host lets a jail create (user, net, mount,
@@ -114,9 +117,15 @@ class Jail(Protocol):
         """After the leader's reap: wait, bounded, until no process of the
         run is left, wherever it went (its group or not)."""
 
-    def oom_kills(self) -> int:
-        """Processes the kernel killed for the run's memory bound (0 where
-        there is no per-run memory bound). Call before `release`."""
+    def oom_kills(self) -> tuple[int, bool]:
+        """Processes the kernel killed for the run's memory bounds (0 where
+        there is no per-run memory bound), and whether the bound reached
+        was the run's whole one (trunner's side), not its program's. Call
+        before `release`."""
+
+    def admit(self, request_bytes: int) -> None:
+        """Before the request is written: make room for it in the run's
+        bound (never in its program's)."""
 
     def usage_now(self, pgid: int, *, program_only: bool) -> tuple[float, float, int] | None:
         """While the run's processes live: their CPU time so far (user s,

@@ -154,10 +154,18 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     cpu_sys_s: float
     #: The peak memory, in bytes: see `memory_source`.
     peak_memory_bytes: int
-    #: Where `peak_memory_bytes` comes from: `max_rss`, the largest maximum
-    #: resident set size of any one process of the tree (getrusage's
-    #: `ru_maxrss`; a tree of several processes may have used more at once).
-    memory_source: Literal["max_rss"] = "max_rss"
+    #: Where `peak_memory_bytes` comes from (docs/figures.md): `cgroup`, the
+    #: program's own cgroup's peak (the whole tree at once, its page cache,
+    #: and on cgroup v2 its sockets' buffers); `max_rss`, where the run has
+    #: no cgroup (and for a run() mode), the largest maximum resident set
+    #: size of any one process of the tree (getrusage's `ru_maxrss`; a tree
+    #: of several processes may have used more at once).
+    memory_source: Literal["max_rss", "cgroup"] = "max_rss"
+    #: Where the CPU times come from: `cgroup`, the program's own cgroup
+    #: (every process of the tree, those the kernel reaped included);
+    #: `rusage`, the reaped children's getrusage (a child reaped by the
+    #: kernel, its parent ignoring SIGCHLD, is not counted).
+    cpu_source: Literal["rusage", "cgroup"] = "rusage"
 
     @property
     def cpu_s(self) -> float:

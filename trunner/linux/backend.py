@@ -38,6 +38,7 @@ from trunner.linux.plan import (
     plain,
     plan_jail,
     profile_paths,
+    run_bound,
     with_masks,
 )
 from trunner.linux.probe import HostPaths, probe_host, snapshot
@@ -108,6 +109,8 @@ class LinuxJail:
     #: A pidfd of the jail's pid 1 when it outlived `wait_gone`'s bound: the
     #: host id is given back only once it has exited.
     init_pidfd: int | None = None
+    #: The run's limits (its whole cgroup's bound is made from them).
+    limits: Limits | None = None
 
     def spawned(self, pgid: int) -> None:
         self.pgid = pgid
@@ -154,8 +157,22 @@ class LinuxJail:
                 pidfd, self.init_pidfd = self.init_pidfd, None
                 self.host_id.release(after=pidfd)
 
-    def oom_kills(self) -> int:
-        return cgroup.oom_kills(self.memory_cgroup) if self.memory_cgroup else 0
+    def oom_kills(self) -> tuple[int, bool]:
+        return cgroup.oom_kills(self.memory_cgroup) if self.memory_cgroup else (0, False)
+
+    def admit(self, request_bytes: int) -> None:
+        """Raise the run's whole cgroup's bound by its request (`run_bound`),
+        before the request is written; its program's stays `memory_bytes`."""
+        limits = self.limits
+        if self.memory_cgroup is None or limits is None:
+            return
+        try:
+            cgroup.bound_memory(self.memory_cgroup, run_bound(
+                limits.memory_bytes, limits.stdout_max_bytes, limits.stderr_max_bytes,
+                request_bytes))
+        except OSError as e:
+            raise RunnerError(Reason.SANDBOX_SETUP, f"cannot bound cgroup {self.memory_cgroup}:"
+                              f" {e.strerror} (errno {e.errno})") from None
 
     def usage_now(self, pgid: int, *, program_only: bool) -> tuple[float, float, int] | None:
         """What the jail's processes used so far (user s, system s, the
@@ -530,10 +547,10 @@ class LinuxBackend:
         return self.prepared(limits).version
 
     def _plan_for_run(self, limits: Limits, cgroup_dir: str | None, memory_dir: str | None,
-                      host_id: int | None) -> HelperPlan:
+                      host_id: int | None, cpu_dir: str | None = None) -> HelperPlan:
         """One run's plan (tests override this to edit it)."""
         return for_run(self.prepared(limits).plan, cgroup=cgroup_dir, memory_cgroup=memory_dir,
-                       host_id=host_id, parent_pid=os.getpid())
+                       host_id=host_id, parent_pid=os.getpid(), cpu_cgroup=cpu_dir)
 
     def open_jail(
         self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits
@@ -551,32 +568,38 @@ class LinuxBackend:
         limit = host.process_limit
         assert limit is not None  # check() refused otherwise
         paths: list[str] = []
-        pids_dir = memory_dir = None
+        pids_dir = memory_dir = cpu_dir = None
         # As root, the run's own host id, held until `LinuxJail.release`.
         lease = self._ids.acquire() if host.is_root else None
         try:
             if limit.kind == "pids_cgroup":
-                bases = [(limit.cgroup_base, "pids")]
-                if host.memory_cgroup_base:
-                    bases.append((host.memory_cgroup_base, "memory"))
+                bases = [(limit.cgroup_base, "pids"), (host.memory_cgroup_base, "memory"),
+                         (host.cpu_cgroup_base, "cpuacct")]
                 # Listed with the watchdog before they exist.
-                paths = self._cgroups.make(bases, lambda joined: watchdog.hold(joined, jail_dir))
+                paths = self._cgroups.make([b for b in bases if b[0]],
+                                           lambda joined: watchdog.hold(joined, jail_dir))
+                # v2: one dir for all (the bases are the same).
+                made = dict(zip([b for b, _ in bases if b], paths, strict=False))
                 pids_dir = paths[0]
-                memory_dir = paths[-1] if host.memory_cgroup_base else None
+                memory_dir = made.get(host.memory_cgroup_base)
+                cpu_dir = made.get(host.cpu_cgroup_base)
+            jail = LinuxJail(Command(argv=(), env={}, cwd=jail_dir), jail_dir,
+                             memory_cgroup=memory_dir, limits=limits)
+            jail.admit(0)  # the run's whole bound; its program's is the helper's
             plan = self._plan_for_run(limits, pids_dir, memory_dir,
-                                      None if lease is None else lease.id)
+                                      None if lease is None else lease.id, cpu_dir)
             env = environment(self.profile.environment, self.import_paths)
         except BaseException:
             try:
                 for path in paths:
-                    os.rmdir(path)
+                    cgroup.remove_now(path)
             finally:
                 if lease is not None:
                     lease.release()
             raise
         stage = (encode_plan(plan), "{report_fd}", "--", *adapter_argv)
         return LinuxJail(Command(argv=(*launch, "helper", *stage), env=env, cwd=jail_dir),
-                         jail_dir, tuple(paths), memory_dir, lease, stage=stage)
+                         jail_dir, tuple(paths), memory_dir, lease, stage=stage, limits=limits)
 
     def fork_server(self, mode: str) -> ForkServer:
         """A fork server for a pool of `mode` (`trunner.linux.forkclient`),
@@ -594,7 +617,7 @@ class LinuxBackend:
         host = self.probe()
         limit = host.process_limit
         bases = [limit.cgroup_base if limit is not None and limit.kind == "pids_cgroup" else "",
-                 host.memory_cgroup_base]
+                 host.memory_cgroup_base, host.cpu_cgroup_base]
         dirs = dict.fromkeys(os.path.join(b, cgroup.DIR_NAME) for b in bases if b)
         return cleanup.sweep(temp_root, list(dirs))
 

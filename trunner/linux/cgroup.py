@@ -1,10 +1,13 @@
-"""Parent side: one pids and one memory cgroup per run, as root.
+"""Parent side: one pids, one memory and one cpuacct cgroup per run, as root.
 
 As root (and, on cgroup v2, any caller a cgroup is delegated to) each
 invocation gets its own pids cgroup whose `pids.max` bounds its processes,
-and its own memory cgroup whose limit is `memory_bytes` (the scratch
-tmpfs's pages are charged to it too). On cgroup v2 both are one directory,
-under the delegated cgroup `delegation.place` finds. `find_base` (v1) only
+its own memory cgroup, and (v1) its own cpuacct cgroup. On cgroup v2 they
+are one directory, under the delegated cgroup `delegation.place` finds.
+A run's cgroup holds no process: its leaf `sup` holds the helper, the
+jail's pid 1 and the adapter, its leaf `prog` the program, whose limit is
+`memory_bytes` and whose CPU time and peak are the run's figures (the
+scratch tmpfs's pages are charged to whichever wrote them). `find_base` (v1) only
 reads (the doctor's probe must not change the host); a backend's
 `RunCgroups` sets up a base on its first run (on v2, giving the controller
 to the base's children and to `trunner/`'s) and makes the `trunner`
@@ -24,6 +27,7 @@ import trio
 
 from trunner.cleanup import owner_id
 from trunner.errors import Reason, RunnerError
+from trunner.linux.kernel.abi import PROG_CGROUP, SUP_CGROUP
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -119,8 +123,12 @@ class RunCgroups:
             for path in paths:
                 os.mkdir(path)
                 made.append(path)
+                _give_leaves(path)
+                for leaf in LEAVES:
+                    os.mkdir(os.path.join(path, leaf))
+                    made.append(os.path.join(path, leaf))
         except OSError as e:
-            for path in made:
+            for path in reversed(made):
                 os.rmdir(path)
             out_of_fds = e.errno in (errno.EMFILE, errno.ENFILE)
             raise RunnerError(
@@ -131,6 +139,23 @@ class RunCgroups:
         return paths
 
 
+#: A run's leaves, made after and removed before it.
+LEAVES = (SUP_CGROUP, PROG_CGROUP)
+
+
+def _give_leaves(path: str) -> None:
+    """On cgroup v2, give a run's leaves its pids and memory controllers
+    (the run's cgroup holds no process, so the kernel allows it)."""
+    control = os.path.join(path, "cgroup.subtree_control")
+    if not os.path.exists(control):
+        return  # v1: every cgroup has its hierarchy's controller
+    have = (read_text(os.path.join(path, "cgroup.controllers")) or "").split()
+    wanted = [c for c in ("pids", "memory") if c in have]
+    if wanted:
+        with open(control, "w") as f:
+            f.write(" ".join("+" + c for c in wanted))
+
+
 def _give(path: str, controller: str) -> None:
     """On cgroup v2, let `path`'s children have `controller` (no-op on v1)."""
     control = os.path.join(path, "cgroup.subtree_control")
@@ -139,25 +164,78 @@ def _give(path: str, controller: str) -> None:
             f.write("+" + controller)
 
 
-def oom_kills(path: str) -> int:
-    """Processes the kernel killed for want of memory in the memory cgroup
-    `path` (v2 `memory.events`, v1 `memory.oom_control`); 0 if unreadable."""
-    for name in ("memory.events", "memory.oom_control"):
-        try:  # os.open, not open(): this runs after every run, on its critical path
-            fd = os.open(os.path.join(path, name), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:
-            text = os.read(fd, 4096)
-        except OSError:
-            text = b""
-        finally:
-            os.close(fd)
-        for line in text.splitlines():
-            key, _, value = line.partition(b" ")
-            if key == b"oom_kill" and value.strip().isdigit():
-                return int(value)
+def oom_kills(path: str) -> tuple[int, bool]:
+    """Processes the kernel killed for want of memory in the run's memory
+    cgroup `path` and its leaves, and whether the run's own bound (not its
+    program's, in `prog`) was reached: trunner's side. v2 counts up the
+    tree; v1 counts each cgroup alone, and its run's `memory.failcnt` says
+    its own bound was hit."""
+    if os.path.exists(os.path.join(path, "memory.events")):
+        own = _counter(os.path.join(path, "memory.events.local"), b"oom")
+        return _counter(os.path.join(path, "memory.events"), b"oom_kill"), own > 0
+    kills = sum(_counter(os.path.join(p, "memory.oom_control"), b"oom_kill")
+                for p in (path, *(os.path.join(path, leaf) for leaf in LEAVES)))
+    return kills, _number(os.path.join(path, "memory.failcnt")) > 0
+
+
+def _number(path: str) -> int:
+    text = read_text(path) or ""
+    return int(text) if text.isdigit() else 0
+
+
+def _counter(path: str, key: bytes) -> int:
+    """The `key VALUE` line of a flat-keyed cgroup file; 0 if unreadable."""
+    try:  # os.open, not open(): this runs after every run, on its critical path
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        text = os.read(fd, 4096)
+    except OSError:
+        text = b""
+    finally:
+        os.close(fd)
+    for line in text.splitlines():
+        name, _, value = line.partition(b" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
     return 0
+
+
+def bound_memory(path: str, limit: int) -> None:
+    """Set the memory bound of the cgroup `path` (swap none on v2, and on v1
+    memory+swap equal to it, where swap is accounted).
+
+    Raises:
+        OSError: the cgroup refused it.
+    """
+    value = b"%d" % limit
+    if os.path.exists(f"{path}/memory.max"):
+        write(f"{path}/memory.max", value)
+        if os.path.exists(f"{path}/memory.swap.max"):
+            write(f"{path}/memory.swap.max", b"0")
+        return
+    swap = f"{path}/memory.memsw.limit_in_bytes"
+    if not os.path.exists(swap):
+        write(f"{path}/memory.limit_in_bytes", value)
+        return
+    # v1 keeps the limit at most memory+swap's: raise that first, lower it last.
+    try:
+        write(swap, value)
+        write(f"{path}/memory.limit_in_bytes", value)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+        write(f"{path}/memory.limit_in_bytes", value)
+        write(swap, value)
+
+
+def write(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def kill_all(path: str) -> None:
@@ -166,13 +244,28 @@ def kill_all(path: str) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
+def remove_now(path: str) -> None:
+    """Remove a run's cgroup that never held a process, its leaves first."""
+    for leaf in LEAVES:
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(os.path.join(path, leaf))
+    os.rmdir(path)
+
+
 async def remove(path: str) -> None:
-    """Remove a run's cgroup once its group is dead and reaped. A descendant
-    reparented to init may still be leaving: kill what is listed, retry.
+    """Remove a run's cgroup, its leaves first, once its group is dead and
+    reaped. A descendant reparented to init may still be leaving: kill what
+    is listed, retry.
 
     Raises:
-        RunnerError: `sandbox_setup` if it cannot be removed within ~1 s.
+        RunnerError: `sandbox_setup` if one cannot be removed within ~1 s.
     """
+    for leaf in LEAVES:
+        await _remove_one(os.path.join(path, leaf))
+    await _remove_one(path)
+
+
+async def _remove_one(path: str) -> None:
     for _ in range(200):
         try:
             os.rmdir(path)

@@ -66,6 +66,8 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
             ("process_limit", _limit_processes, plan.process_limit, plan.jail_nproc),
             # 3. the run's memory cgroup, as root, likewise.
             ("memory", _limit_memory, plan.memory),
+            # 3b. the run's CPU accounting cgroup (v1 cpuacct), likewise.
+            ("cpu", _account_cpu, plan.cpu),
             # 4. rlimits before unshare.
             ("rlimits", _set_rlimits, plan.rlimits),
             # 5. not root: a user namespace of the caller's own ids, for the
@@ -235,7 +237,7 @@ def _limit_processes(limit: "dict[str, Any]", jail_nproc: int) -> None:
         path = limit["cgroup"]
         _has_controller(path, "pids.max")
         install.write_file(f"{path}/pids.max", b"%d" % processes)
-        _join_cgroup(path)
+        _join_run(path)
     elif kind == "userns_nproc":
         if jail_nproc < 1:
             raise SetupError("process_limit: userns_nproc without a jail_nproc")
@@ -252,9 +254,23 @@ def _limit_memory(memory: "dict[str, Any]") -> None:
         return  # no memory cgroup: RLIMIT_AS per process and the scratch size
     if kind != "memory_cgroup":
         raise SetupError(f"memory: unknown mechanism {kind!r}")
-    path, limit = memory["cgroup"], memory["bytes"]
-    write = install.write_file
+    path = memory["cgroup"]
+    prog = f"{path}/{abi.PROG_CGROUP}"
     _has_controller(path, "memory.max")
+    _has_controller(prog, "memory.max")
+    _bound_memory(prog, memory["bytes"])  # the run's whole bound is the parent's
+    v2 = _exists(f"{prog}/memory.max")
+    tcp = f"{prog}/memory.kmem.tcp.limit_in_bytes"
+    if not v2 and _exists(tcp):  # v1: charged only once a limit is set
+        install.write_file(tcp, b"%d" % memory["socket_bytes"])
+    peak = f"{prog}/memory.peak" if v2 else f"{prog}/memory.max_usage_in_bytes"
+    if _exists(peak):  # v2 before 5.19 has none: the peak is then max_rss's
+        _open_at(peak, posix.O_RDONLY, abi.PROG_PEAK_FD)
+    _join_run(path)
+
+
+def _bound_memory(path: str, limit: int) -> None:
+    write = install.write_file
     if _exists(f"{path}/memory.max"):  # v2: no swap either
         write(f"{path}/memory.max", b"%d" % limit)
         swap = f"{path}/memory.swap.max"
@@ -265,7 +281,55 @@ def _limit_memory(memory: "dict[str, Any]") -> None:
         swap = f"{path}/memory.memsw.limit_in_bytes"
         if _exists(swap):
             write(swap, b"%d" % limit)
-    _join_cgroup(path)
+
+
+def _account_cpu(cpu: "dict[str, Any]") -> None:
+    kind = cpu["kind"]
+    if kind == "none":
+        return  # the program's CPU time is polled from /proc and rusage
+    if kind != "cpu_cgroup":
+        raise SetupError(f"cpu: unknown mechanism {kind!r}")
+    prog = f"{cpu['cgroup']}/{abi.PROG_CGROUP}"
+    if _exists(f"{prog}/cpu.stat"):  # v2: in every cgroup
+        _open_at(f"{prog}/cpu.stat", posix.O_RDONLY, abi.PROG_CPU_FD)
+    else:
+        _open_at(f"{prog}/cpuacct.usage", posix.O_RDONLY, abi.PROG_CPU_FD)
+        _open_at(f"{prog}/cpuacct.stat", posix.O_RDONLY, abi.PROG_CPU_SPLIT_FD)
+    _join_run(cpu["cgroup"])
+
+
+#: Run cgroups (one per hierarchy: one on v2) whose `sup` this process
+#: joined, in the order of their slots in `abi.PROG_JOIN_FDS`.
+_runs_joined: "list[str]" = []
+
+
+def _join_run(path: str) -> None:
+    """Join the run's `sup` leaf, and hold its `prog` and `sup` join files at
+    their slots for pid 2 (`abi.PROG_JOIN_FDS`, `abi.SUP_JOIN_FDS`).
+    Writing 0 moves the writer; children inherit the cgroup. On cgroup v1,
+    `tasks` moves only the calling thread (all of us: single-threaded) and
+    skips the global threadgroup lock whose RCU sync costs ~10 ms."""
+    if path in _runs_joined:
+        return  # v2: one cgroup for every controller
+    slot = len(_runs_joined)
+    _runs_joined.append(path)
+    for leaf, fds in ((abi.PROG_CGROUP, abi.PROG_JOIN_FDS), (abi.SUP_CGROUP, abi.SUP_JOIN_FDS)):
+        tasks = f"{path}/{leaf}/tasks"
+        _open_at(tasks if _exists(tasks) else f"{path}/{leaf}/cgroup.procs", posix.O_WRONLY,
+                 fds[slot])
+    posix.write(abi.SUP_JOIN_FDS[slot], b"0")
+
+
+#: The slots of `abi.CGROUP_FDS` this process filled.
+_slots_held: "set[int]" = set()
+
+
+def _open_at(path: str, flags: int, fd: int) -> None:
+    got = posix.open(path, flags | posix.O_CLOEXEC)
+    if got != fd:
+        posix.dup2(got, fd, inheritable=False)
+        posix.close(got)
+    _slots_held.add(fd)
 
 
 def _limit_jail_processes(jail_nproc: int) -> None:
@@ -279,14 +343,6 @@ def _has_controller(path: str, v2_file: str) -> None:
     if _exists(f"{path}/cgroup.controllers") and not _exists(f"{path}/{v2_file}"):
         raise SetupError(f"cgroup: {path} has no {v2_file} (cgroup v2: the controller is"
                          " not enabled in its parent's cgroup.subtree_control)")
-
-
-def _join_cgroup(path: str) -> None:
-    # Writing 0 moves the writer; children inherit the cgroup. On cgroup v1,
-    # `tasks` moves only the calling thread (all of us: single-threaded) and
-    # skips the global threadgroup lock whose RCU sync costs ~10 ms.
-    tasks = f"{path}/tasks"
-    install.write_file(tasks if _exists(tasks) else f"{path}/cgroup.procs", b"0")
 
 
 def _exists(path: str) -> bool:
@@ -589,7 +645,17 @@ def _close_inherited_fds() -> None:
         if posix.fstat(fd).st_mode & abi.S_IFMT != abi.S_IFIFO:
             raise SetupError(f"descriptors: fd {fd} is not the runner's pipe")
     install.set_cloexec(REPORT_FD)  # closed by the exec: EOF tells the parent it happened
-    install.close_from(REPORT_FD + 1)
+    # The program's cgroup files pass to the adapter (which makes them
+    # close-on-exec before any program runs); every other slot is closed.
+    for fd in range(REPORT_FD + 1, abi.CGROUP_FDS[-1] + 1):
+        if fd in _slots_held:
+            posix.set_inheritable(fd, True)
+        else:
+            try:  # noqa: SIM105  no contextlib in the helper
+                posix.close(fd)
+            except OSError:
+                pass
+    install.close_from(abi.CGROUP_FDS[-1] + 1)
 
 
 def _restrict_filesystem(ruleset: "dict[str, Any]") -> None:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 #: Placeholders for per-run values in the hashed plan.
 CGROUP: Final = "@cgroup"
 MEMORY_CGROUP: Final = "@memory_cgroup"
+CPU_CGROUP: Final = "@cpu_cgroup"
 #: The run's host uid and gid: a root caller's is per run (`ids.HostIds`),
 #: anyone else's the caller's; neither is part of the rules.
 HOST_UID: Final = "@uid"
@@ -130,10 +131,15 @@ ProcessLimitPlan = PidsCgroup | UsernsNproc | RlimitNproc
 
 
 class MemoryCgroup(_Item, frozen=True, tag="memory_cgroup", tag_field="kind"):
-    """As root where the host has a memory controller: the run's cgroup."""
+    """Where the host has a memory controller: the run's cgroup. Its `prog`
+    leaf (the program) is bounded by `bytes`, and on cgroup v1 its socket
+    buffers by `socket_bytes` besides (`memory.kmem.tcp.limit_in_bytes`, a
+    counter of its own: TCP and UDP alike; on v2 they count in `bytes`).
+    The run's whole cgroup is bounded by the parent (`run_bound`)."""
 
     cgroup: str
     bytes: int
+    socket_bytes: int
 
 
 class NoMemoryCgroup(_Item, frozen=True, tag="none", tag_field="kind"):
@@ -141,6 +147,35 @@ class NoMemoryCgroup(_Item, frozen=True, tag="none", tag_field="kind"):
 
 
 MemoryPlan = MemoryCgroup | NoMemoryCgroup
+
+
+class CpuCgroup(_Item, frozen=True, tag="cpu_cgroup", tag_field="kind"):
+    """The run's CPU accounting cgroup (v1 cpuacct; on v2 the run's one
+    cgroup): its `prog` leaf's CPU time is the program's whole tree's."""
+
+    cgroup: str
+
+
+class NoCpuCgroup(_Item, frozen=True, tag="none", tag_field="kind"):
+    """No cgroup: the program's CPU time is polled from /proc and rusage."""
+
+
+CpuPlan = CpuCgroup | NoCpuCgroup
+
+#: What the run's cgroup holds beyond its program's `memory_bytes` and the
+#: output caps: the helper, pid 1 and the adapter's interpreter (measured:
+#: tests/test_accounting.py).
+ADAPTER_ALLOWANCE_BYTES: Final = 64 << 20
+
+
+def run_bound(memory_bytes: int, stdout_max_bytes: int, stderr_max_bytes: int,
+              request_bytes: int = 0) -> int:
+    """The bound of a run's whole cgroup, set by the parent: its program's,
+    the output caps twice (the adapter's buffers and its reply), three
+    times the request (the frame, its decoded copy, the placed files; added
+    before the request is written) and `ADAPTER_ALLOWANCE_BYTES`."""
+    return (memory_bytes + 2 * (stdout_max_bytes + stderr_max_bytes) + 3 * request_bytes
+            + ADAPTER_ALLOWANCE_BYTES)
 
 
 class Rlimit(_Item, frozen=True):
@@ -284,6 +319,7 @@ class HelperPlan(_Item, frozen=True, kw_only=True):
     #: counts it per user namespace (so per run); 0 on older kernels.
     jail_nproc: int
     memory: MemoryPlan
+    cpu: CpuPlan
     #: CORE 0 included.
     rlimits: tuple[Rlimit, ...]
     #: The run's IPC namespace sizes (see `ipc_limits_for`), written by the
@@ -531,6 +567,7 @@ def plan_jail(
     import_paths: Sequence[str] = (),
     cgroup: str = CGROUP,
     memory_cgroup: str = MEMORY_CGROUP,
+    cpu_cgroup: str = CPU_CGROUP,
     parent_pid: int = 0,
     landlock_abi: int | None = None,
     unsafe_skip: Sequence[str] = (),
@@ -570,7 +607,9 @@ def plan_jail(
         process_limit = RlimitNproc(max=processes)
     memory: MemoryPlan = NoMemoryCgroup()
     if host.memory_cgroup_base:
-        memory = MemoryCgroup(cgroup=memory_cgroup, bytes=limits.memory_bytes)
+        memory = MemoryCgroup(cgroup=memory_cgroup, bytes=limits.memory_bytes,
+                              socket_bytes=limits.memory_bytes)
+    cpu: CpuPlan = CpuCgroup(cgroup=cpu_cgroup) if host.cpu_cgroup_base else NoCpuCgroup()
     flags = 0
     for name in profile.namespaces:
         flags |= abi.NAMESPACE_FLAGS[name]
@@ -617,6 +656,7 @@ def plan_jail(
         process_limit=process_limit,
         jail_nproc=processes if host.nproc_per_userns else 0,
         memory=memory,
+        cpu=cpu,
         rlimits=rlimits_for(limits, memory_cgroup=isinstance(memory, MemoryCgroup)),
         ipc_limits=ipc_limits_for(limits),
         build_userns=not host.is_root,
@@ -650,13 +690,15 @@ def with_masks(plan: HelperPlan, paths: Sequence[str]) -> HelperPlan:
 
 
 def for_run(plan: HelperPlan, *, cgroup: str | None, memory_cgroup: str | None,
-            host_id: int | None, parent_pid: int) -> HelperPlan:
+            host_id: int | None, parent_pid: int, cpu_cgroup: str | None = None) -> HelperPlan:
     """`plan` (planned once per `Limits`) with one run's own values."""
     changes: dict[str, Any] = {"parent_pid": parent_pid}
     if isinstance(plan.process_limit, PidsCgroup) and cgroup is not None:
         changes["process_limit"] = msgspec.structs.replace(plan.process_limit, cgroup=cgroup)
     if isinstance(plan.memory, MemoryCgroup) and memory_cgroup is not None:
         changes["memory"] = msgspec.structs.replace(plan.memory, cgroup=memory_cgroup)
+    if isinstance(plan.cpu, CpuCgroup) and cpu_cgroup is not None:
+        changes["cpu"] = msgspec.structs.replace(plan.cpu, cgroup=cpu_cgroup)
     if host_id is not None:
         changes["uid"] = changes["gid"] = host_id
     return msgspec.structs.replace(plan, **changes)
@@ -704,6 +746,8 @@ def hashed_plan(data: dict[str, Any], host: HostPaths, env: dict[str, str]) -> d
         out["process_limit"]["cgroup"] = CGROUP
     if out["memory"]["kind"] == "memory_cgroup":
         out["memory"]["cgroup"] = MEMORY_CGROUP
+    if out["cpu"]["kind"] == "cpu_cgroup":
+        out["cpu"]["cgroup"] = CPU_CGROUP
     out["parent_pid"] = 0
     out["uid"], out["gid"] = HOST_UID, HOST_GID
     out["env"] = name(env)

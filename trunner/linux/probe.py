@@ -91,11 +91,12 @@ def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
     userns, netns = enabled["user"], enabled["net"]
     has_seccomp = _has_seccomp_filter()
     per_userns = kernel_version() >= (5, 14)
-    limit, memory, leaf, note = None, "", "", ""
+    limit, memory, cpu, leaf, note = None, "", "", "", ""
     base = cgroup.find_base("pids") if is_root else None  # v1: root's only
     if base is not None:
         limit = ProcessLimit("pids_cgroup", base)
         memory = cgroup.find_base("memory") or ""
+        cpu = cgroup.find_base("cpuacct") or ""
     else:
         if cgroup_leaf is None:
             cgroup_leaf = os.environ.get(delegation.LEAF_VAR, "")
@@ -103,6 +104,7 @@ def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
         if placed.base:
             limit = ProcessLimit("pids_cgroup", placed.base)
             memory = placed.base if "memory" in placed.controllers else ""
+            cpu = placed.base  # v2: cpu.stat's usage is in every cgroup
             leaf = placed.leaf
         note = placed.refusal
     # A leaf named asks for per-run cgroups: refused, not RLIMIT_NPROC instead.
@@ -149,6 +151,7 @@ def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
         process_limit=limit,
         nproc_per_userns=per_userns,
         memory_cgroup_base=memory,
+        cpu_cgroup_base=cpu,
         cgroup_leaf=leaf,
         cgroup_note=note,
         refusal=refusal,

@@ -20,6 +20,7 @@ the frame, it is no wall (a user mode writes its own reply anyway).
 import posix
 import sys
 
+from trunner.worker import prog
 from trunner.worker.wire import HEADER_BYTES, frame, unpack
 
 TYPE_CHECKING = False  # not from typing: importing it costs the adapter ~5 ms
@@ -38,6 +39,9 @@ def echo(request: object) -> object:
 
 def serve(mode: str) -> int:
     """Serve one request in `mode`. Returns only on a usage error."""
+    prog.take()
+    if mode != "exec":
+        prog.settle()  # the adapter is the program: in its cgroup, before any of its code
     try:
         handle = _resolve(mode)
     except (ImportError, AttributeError, ValueError) as e:

@@ -44,6 +44,7 @@ from trunner.linux.kernel.abi import (
     SIGXCPU,
     SIGXFSZ,
 )
+from trunner.worker import prog
 from trunner.worker.wire import EXEC_COLLECT_MAX_FILES, EXEC_PATH_MAX_BYTES
 
 TYPE_CHECKING = False  # not from typing: importing it costs the adapter ~5 ms
@@ -135,8 +136,12 @@ class Meter:
         return None
 
     def tree_cpu_s(self) -> float:
-        """The tree's CPU time so far: each live process's own and its reaped
-        children's (/proc/PID/stat, clock ticks), and what we reaped."""
+        """The tree's CPU time so far: its cgroup's (`prog`), where it has
+        one; else each live process's own and its reaped children's
+        (/proc/PID/stat, clock ticks), and what we reaped."""
+        if prog.has_cpu():
+            user, system = prog.cpu_s()
+            return user + system
         ticks = 0
         for name in posix.listdir("/proc"):
             if not name.isdigit() or int(name) in (1, self.me):
@@ -160,11 +165,20 @@ class Meter:
 
 def tree_usage(wall_s: float) -> dict[str, object]:
     """protocol.Usage's wire map for the program's tree, once all of it is
-    reaped: this adapter reaped every process of it (directly, or as their
-    subreaper), so its children's rusage is the tree's and nothing else."""
+    reaped: its cgroup's figures (`prog`) where the run has one; else this
+    adapter's children's rusage, which is the tree's and nothing else (it
+    reaped every process of it, directly or as their subreaper), but for
+    the processes the kernel reaped (a tree that ignores SIGCHLD)."""
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"wall_s": wall_s, "cpu_user_s": reaped.ru_utime, "cpu_sys_s": reaped.ru_stime,
-            "peak_memory_bytes": reaped.ru_maxrss * 1024, "memory_source": "max_rss"}
+    user, system, cpu_source = reaped.ru_utime, reaped.ru_stime, "rusage"
+    if prog.has_cpu():
+        (user, system), cpu_source = prog.cpu_s(), "cgroup"
+    peak, memory_source = reaped.ru_maxrss * 1024, "max_rss"
+    if prog.has_peak():
+        peak, memory_source = prog.peak_bytes(), "cgroup"
+    return {"wall_s": wall_s, "cpu_user_s": user, "cpu_sys_s": system,
+            "peak_memory_bytes": peak, "memory_source": memory_source,
+            "cpu_source": cpu_source}
 
 
 def run_exec(body: object) -> dict[str, object]:
@@ -290,6 +304,7 @@ def _spawn(argv: list[str], env: Mapping[str, str]) -> tuple[int, int, int, int]
     in_r, in_w = posix.pipe()
     out_r, out_w = posix.pipe()
     err_r, err_w = posix.pipe()
+    prog.enter()  # the program is born in its cgroup; we return at once
     try:
         pid = posix.posix_spawnp(
             argv[0], argv, environ,
@@ -305,6 +320,7 @@ def _spawn(argv: list[str], env: Mapping[str, str]) -> tuple[int, int, int, int]
             raise _not_run(argv[0], e) from None
         raise
     finally:
+        prog.leave()
         for fd in (in_r, out_w, err_w):
             posix.close(fd)
     return pid, in_w, out_r, err_r

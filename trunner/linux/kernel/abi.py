@@ -18,12 +18,30 @@ REPORT_FD = 3
 #: trunner-waiter, opened (O_PATH) before the jail exists: pid 1 and the
 #: helper exec it from this descriptor, never by a path.
 WAITER_FD = 4
+#: The program's cgroup, as the helper hands it to the jail's pid 2 (opened
+#: before the jail exists; absent where the run has no cgroup): its CPU time
+#: (v2 `cpu.stat`; v1 `cpuacct.usage`, with `cpuacct.stat`'s user and system
+#: split at PROG_CPU_SPLIT_FD), its peak memory (v2 `memory.peak`, v1
+#: `memory.max_usage_in_bytes`), and the `tasks` (v2 `cgroup.procs`) of `prog`
+#: and of `sup` in each hierarchy the run has: the exec adapter joins `prog`
+#: for its program's spawn only; a run() mode's adapter, its own program,
+#: joins it for good. Closed, or close-on-exec, before any of the program's code.
+PROG_CPU_FD = 5
+PROG_CPU_SPLIT_FD = 6
+PROG_PEAK_FD = 7
+PROG_JOIN_FDS = (8, 9, 10)
+SUP_JOIN_FDS = (11, 12, 13)
+CGROUP_FDS = (PROG_CPU_FD, PROG_CPU_SPLIT_FD, PROG_PEAK_FD, *PROG_JOIN_FDS, *SUP_JOIN_FDS)
+#: A run's cgroup holds no process; its two leaves do: `sup` the helper,
+#: the jail's pid 1 and the adapter, `prog` the program's tree.
+SUP_CGROUP = "sup"
+PROG_CGROUP = "prog"
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 9
+PLAN_VERSION = 10
 #: The plan's fields, in the order the helper applies them. The parent's
 #: `HelperPlan` has exactly these (tests/test_plan.py pins it).
 PLAN_FIELDS = (
-    "version", "env", "process_limit", "jail_nproc", "memory", "rlimits", "ipc_limits",
+    "version", "env", "process_limit", "jail_nproc", "memory", "cpu", "rlimits", "ipc_limits",
     "build_userns", "unshare_flags", "uid", "gid", "jail_id", "loopback", "root_ops", "proc_ops",
     "scratch", "staging", "hostname", "workdir", "landlock", "parent_pid", "seccomp_bpf",
     "waiter_bpf", "unsafe_skip", "fail_at",
