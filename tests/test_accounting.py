@@ -29,9 +29,10 @@ def py(code: str) -> list[str]:
 
 
 async def test_the_program_runs_in_its_own_leaf_and_trunner_beside_it(runner: Runner) -> None:
-    """The jail's cgroup namespace is rooted at the run's `sup` leaf (the
-    helper joined it before unsharing): pid 1 and the adapter (pid 2) show
-    `/`, the program `/../prog`, in each hierarchy the run has a cgroup in."""
+    """The jail's cgroup namespace is rooted at the run's `prog` leaf (the
+    helper unshares it from there, then returns to `sup`): the program
+    shows `/`, pid 1 and the adapter (pid 2) `/../sup`, in each hierarchy
+    the run has a cgroup in."""
     code = ("for p in ('self', '1', '2'):\n"
             "    for line in open(f'/proc/{p}/cgroup'): print(p + '=' + line, end='')\n")
     out = (await runner.exec(py(code))).response.stdout.decode()
@@ -49,8 +50,8 @@ async def test_the_program_runs_in_its_own_leaf_and_trunner_beside_it(runner: Ru
     for controllers in run_hierarchies:
         if controllers == "" and len(seen["self"]) > 1:
             continue  # v1 host: the unified hierarchy holds no run cgroup
-        assert seen["self"][controllers] == "/../prog", out
-        assert seen["1"][controllers] == seen["2"][controllers] == "/", out
+        assert seen["self"][controllers] == "/", out
+        assert seen["1"][controllers] == seen["2"][controllers] == "/../sup", out
 
 
 async def test_the_request_is_not_the_programs_memory(runner: Runner) -> None:

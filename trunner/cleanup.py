@@ -324,6 +324,15 @@ async def remove_jail_dir(path: str, forget: Hold) -> bool:
 
 
 def remove_cgroup(path: str) -> bool:
+    """Remove a run's cgroup, its leaves (`sup`, `prog`) first, or SIGKILL
+    what they still hold; whether it is gone."""
+    from trunner.linux.kernel.abi import PROG_CGROUP, SUP_CGROUP
+
+    leaves = [_remove_one(os.path.join(path, leaf)) for leaf in (SUP_CGROUP, PROG_CGROUP)]
+    return all(leaves) and _remove_one(path)
+
+
+def _remove_one(path: str) -> bool:
     """Remove an empty cgroup, or SIGKILL what it still holds; whether it is gone."""
     try:
         os.rmdir(path)

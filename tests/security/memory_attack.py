@@ -348,9 +348,11 @@ def cgroup_parent() -> str | None:
 
 
 def run_cgroups(parent: str | None) -> list[str]:
-    """The memory cgroups of this driver's live runs under `parent`: their
+    """The program's memory cgroups (each run's `prog` leaf, bounded by
+    memory_bytes) of this driver's live runs under `parent`: the runs'
     names start with their owner's id (this process, `owner_id`)."""
     from trunner.cleanup import owner_id
+    from trunner.linux.kernel.abi import PROG_CGROUP
 
     if parent is None:
         return []
@@ -358,7 +360,8 @@ def run_cgroups(parent: str | None) -> list[str]:
         names = os.listdir(parent)
     except FileNotFoundError:
         return []
-    return [os.path.join(parent, n) for n in names if n.startswith(owner_id() + "-")]
+    return [os.path.join(parent, n, PROG_CGROUP) for n in names
+            if n.startswith(owner_id() + "-")]
 
 
 def sample_cgroups(paths: list[str], seen: dict[str, dict[str, int]]) -> None:

@@ -157,8 +157,12 @@ def _give_leaves(path: str) -> None:
 
 
 def _give(path: str, controller: str) -> None:
-    """On cgroup v2, let `path`'s children have `controller` (no-op on v1)."""
+    """On cgroup v2, let `path`'s children have `controller` (no-op on v1,
+    and for a controller v2 does not have: cpuacct, whose figures are in
+    every v2 cgroup's `cpu.stat`)."""
     control = os.path.join(path, "cgroup.subtree_control")
+    if controller == "cpuacct":
+        return
     if os.path.exists(control) and controller not in (read_text(control) or "").split():
         with open(control, "w") as f:
             f.write("+" + controller)

@@ -7,6 +7,7 @@ one run's memory with the default `Limits`. Reads only.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from trunner.linux import landlock
@@ -15,6 +16,7 @@ from trunner.linux.probe import NAMESPACE_SYSCTLS, probe_host
 
 if TYPE_CHECKING:
     from trunner.jail import HostSupport
+    from trunner.limits import Limits
 
 
 def host_layers(host: HostSupport, landlock_abi: int | None = None,
@@ -114,8 +116,10 @@ def memory_bounds(host: HostSupport) -> list[dict[str, str]]:
     ipc = {sysctl.name: sysctl.value for sysctl in ipc_limits_for(limits)}
     semmsl, semmns, _semopm, semmni = ipc["sem"].split()
     fds = limits.open_files * limits.processes
-    every = (f"the run's memory cgroup: memory_bytes ({limits.memory_bytes // MiB} MiB,"
-             " memory_limit) for all of the below together" if cgroup else
+    every = (f"the program's own memory cgroup: memory_bytes ({limits.memory_bytes // MiB}"
+             " MiB, memory_limit) for all of the below together; the run's (trunner's helper"
+             " and adapter with it): memory_bytes + 2 x the output caps + 3 x the request"
+             " + 64 MiB" if cgroup else
              "no memory cgroup for this caller: each bound below holds alone")
     wmem_max = _sysctl("net.core.wmem_max")
     wmem = int(wmem_max) if wmem_max.isdigit() else 0
@@ -142,10 +146,26 @@ def memory_bounds(host: HostSupport) -> list[dict[str, str]]:
          f" pipes <= open_files x processes / 2 ({fds // 2})"},
         {"what": "fds in flight", "bound": "per host uid: RLIMIT_NOFILE"
          f" ({limits.open_files}) of the sender, each a pipe or socket with its buffers"},
+        {"what": "tcp and udp buffers", "bound": _inet_sockets_bound(host, limits)},
         {"what": "unix sockets", "bound": ("the memory cgroup (their buffers are charged to it);"
          if cgroup else "NOT BOUNDED per run: net.core.wmem_max is host-global;")
          + f" up to {fds} sockets of 2 x wmem_max ({2 * wmem // MiB} MiB) each"},
     ]
+
+
+def _inet_sockets_bound(host: HostSupport, limits: Limits) -> str:
+    base = host.memory_cgroup_base
+    if not base:
+        return ("NOT BOUNDED per run: only the host-wide net.ipv4.tcp_mem and udp_mem"
+                f" ({_sysctl('net.ipv4.tcp_mem')} pages)")
+    if os.path.exists(os.path.join(base, "memory.max")) or os.path.exists(
+            os.path.join(base, "cgroup.controllers")):
+        return "cgroup v2: charged to the program's memory cgroup, inside memory_bytes"
+    if os.path.exists(os.path.join(base, "memory.kmem.tcp.limit_in_bytes")):
+        return (f"cgroup v1: the program's memory.kmem.tcp.limit_in_bytes = memory_bytes"
+                f" ({limits.memory_bytes >> 20} MiB), TCP and UDP alike, on top of memory_bytes")
+    return ("NOT BOUNDED per run: this cgroup v1 kernel has no memory.kmem.tcp.limit_in_bytes;"
+            " only the host-wide net.ipv4.tcp_mem and udp_mem")
 
 
 def host_report() -> dict[str, Any]:

@@ -90,7 +90,7 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
             # 8. every namespace in one unshare (the new user namespace owns
             #    the others; the mounts of step 5 become locked in it), the
             #    host ids mapped to the jail's one id (the same in every run).
-            ("namespaces", _unshare, plan.unshare_flags, plan.uid, plan.gid,
+            ("namespaces", _unshare_from_prog, plan.unshare_flags, plan.uid, plan.gid,
              plan.jail_id),
             # 8b. the run's network namespace: its loopback up, while this
             #     process holds every capability over it (it owns the new
@@ -493,6 +493,21 @@ def _take_identity(uid: int, gid: int) -> None:
 def _unshare(flags: int, uid: int, gid: int, inside: "int | None" = None) -> None:
     install.unshare(flags)
     install.map_ids(uid, gid, inside)
+
+
+def _unshare_from_prog(flags: int, uid: int, gid: int, inside: int) -> None:
+    """`_unshare` from the run's `prog` leaf, then back to `sup`: the jail's
+    cgroup namespace is rooted at `prog`, so the program (and a run() mode's
+    adapter) sees itself at `/`, and its cgroup mounts would show its own
+    cgroup's files; trunner's processes, in `sup`, show `/../sup`. The moves
+    go through the files opened before (their opener's rights and cgroup
+    namespace are what the kernel checks, from 5.16)."""
+    joined = range(len(_runs_joined))
+    for slot in joined:
+        posix.write(abi.PROG_JOIN_FDS[slot], b"0")
+    _unshare(flags, uid, gid, inside)
+    for slot in joined:
+        posix.write(abi.SUP_JOIN_FDS[slot], b"0")
 
 
 def _bring_loopback_up(loopback: str, flags: int) -> None:
