@@ -528,6 +528,36 @@ def test_every_call_docker_allows_is_allowed_or_has_a_reason() -> None:
     assert set(reasons) <= set(policy.errno_enosys)
 
 
+@pytest.mark.parametrize("profile", ["default", "provider"])
+def test_without_a_memory_cgroup_memfds_and_rulesets_fail_enosys(profile: str,
+                                                                  tmp_path: Path) -> None:
+    """Where the run has no memory cgroup, only RLIMIT_AS bounds a process, and a
+    memfd's pages and a ruleset's slab are not address space: each call fails
+    ENOSYS (a kernel without it), the ABI query included. The profile's own
+    filter (a memory cgroup) still allows them; nothing else changes."""
+    base = seccomp.DEFAULT_POLICY if profile == "default" else seccomp.provider_policy()
+    policy = seccomp.without_memory_cgroup(base)
+    held = set(seccomp.UNBOUNDED_WITHOUT_MEMORY_CGROUP)
+    assert held == {"memfd_create", "landlock_create_ruleset"}
+    assert set(base.allowed) - set(policy.allowed) == held
+    assert set(policy.errno_enosys) - set(base.errno_enosys) == held
+    assert msgspec.structs.replace(policy, allowed=base.allowed,
+                                   errno_enosys=base.errno_enosys) == base
+    assert seccomp.without_memory_cgroup(policy) is policy
+    body = """
+    def answer(nr, *args):
+        rc = libc.syscall(nr, *args)
+        return "OK" if rc >= 0 else errno.errorcode[ctypes.get_errno()]
+    attr = (1 << 2).to_bytes(8, "little") + bytes(16)  # handled: READ_FILE
+    print([answer(319, b"held", 1), answer(444, attr, 24, 0), answer(444, None, 0, 1)])
+    """
+    for bpf, expected in ((write_bpf(tmp_path / "without.bpf", policy), ["ENOSYS"] * 3),
+                          (write_bpf(tmp_path / "with.bpf", base), ["OK"] * 3)):
+        proc = run_filtered(body, bpf, tmp_path)
+        assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+        assert ast.literal_eval(proc.stdout.splitlines()[1]) == expected
+
+
 def x86_64_number(name: str) -> int:
     import pyseccomp
 

@@ -53,8 +53,10 @@ from trunner.linux.seccomp.policy import (
     SOCK_STREAM,
     TIOCLINUX,
     TIOCSTI,
+    UNBOUNDED_WITHOUT_MEMORY_CGROUP,
     SeccompPolicy,
     provider_policy,
+    without_memory_cgroup,
 )
 
 __all__ = [
@@ -98,6 +100,7 @@ __all__ = [
     "S_IFMT",
     "TIOCLINUX",
     "TIOCSTI",
+    "UNBOUNDED_WITHOUT_MEMORY_CGROUP",
     "Action",
     "Arg",
     "Rule",
@@ -109,4 +112,5 @@ __all__ = [
     "provider_policy",
     "syscall_name",
     "waiter_bpf",
+    "without_memory_cgroup",
 ]

@@ -74,11 +74,13 @@ __all__ = [
     "S_IFMT",
     "TIOCLINUX",
     "TIOCSTI",
+    "UNBOUNDED_WITHOUT_MEMORY_CGROUP",
     "UNIX_SOCKET_TYPES",
     "WAITER_IOCTLS",
     "WAITER_SYSCALLS",
     "SeccompPolicy",
     "provider_policy",
+    "without_memory_cgroup",
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -354,7 +356,9 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "ioprio_set",  # the jail's own tasks (PID namespace); the realtime class needs CAP_SYS_ADMIN
     "kill",  # Landlock's signal scope (ABI 6) bounds who can be signalled
     "landlock_add_rule",
-    "landlock_create_ruleset",  # a program may confine itself further: domains only stack
+    # a program may confine itself further: domains only stack (ENOSYS without a
+    # memory cgroup: UNBOUNDED_WITHOUT_MEMORY_CGROUP)
+    "landlock_create_ruleset",
     "landlock_restrict_self",
     "lchown",
     "lgetxattr",
@@ -369,7 +373,9 @@ ALLOWED_SYSCALLS: tuple[str, ...] = (
     "lstat",
     "map_shadow_stack",
     "membarrier",
-    "memfd_create",  # exec from the working dir is allowed anyway: a memfd adds no payload
+    # exec from the working dir is allowed anyway: a memfd adds no payload (ENOSYS
+    # without a memory cgroup: UNBOUNDED_WITHOUT_MEMORY_CGROUP)
+    "memfd_create",
     "memfd_secret",  # locked pages: RLIMIT_MEMLOCK and the memory cgroup bound them
     "mincore",  # grep
     "mkdir",
@@ -757,6 +763,38 @@ def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
         ioctl_allowed=tuple(r for r in base.ioctl_allowed if r not in IOCTL_INTERFACE_QUERIES),
         allowed=tuple(sorted({*base.allowed, "connect"} - set(SERVER_SYSCALLS))),
         errno_eperm=tuple(sorted({*base.errno_eperm, *SERVER_SYSCALLS} - {"connect"})),
+    )
+
+
+#: Calls whose kernel memory only a memory cgroup bounds: one process holds it
+#: past its RLIMIT_AS, unswappable or counted nowhere else. A memfd's pages are
+#: shmem, not address space (memfd_create, then write(): 2048 MiB held past an
+#: RLIMIT_AS of 1 GiB); Landlock rulesets hold their rules in unswappable slab
+#: (252 of them: 1130 MiB). A run without a memory cgroup (a caller that is not
+#: root, without a delegated cgroup) has them fail ENOSYS (`without_memory_cgroup`),
+#: the answer of a kernel without them (before 3.17; without Landlock), which their
+#: callers handle: HotSpot's ZGC, libffi's trampolines and libwayland's cursors
+#: fall back to a file on any failure, and code that tests the errno tests ENOSYS
+#: (EPERM reads as a refusal to report, not a lack); CPython's stdlib never calls
+#: memfd_create (multiprocessing's shared memory and semaphores are /dev/shm
+#: files, on the scratch); a Landlock user takes ENOSYS as "no Landlock here".
+#: With a memory cgroup (root, or a delegated cgroup) both stay allowed.
+UNBOUNDED_WITHOUT_MEMORY_CGROUP: tuple[str, ...] = ("landlock_create_ruleset", "memfd_create")
+
+
+def without_memory_cgroup(policy: SeccompPolicy) -> SeccompPolicy:
+    """`policy` for a run that has no memory cgroup: every name of
+    `UNBOUNDED_WITHOUT_MEMORY_CGROUP` it allows fails ENOSYS instead (one it
+    already fails keeps its errno)."""
+    names = {name for name in UNBOUNDED_WITHOUT_MEMORY_CGROUP
+             if name in policy.allowed or name in policy.extra_allowed}
+    if not names:
+        return policy
+    return msgspec.structs.replace(
+        policy,
+        allowed=tuple(name for name in policy.allowed if name not in names),
+        extra_allowed=tuple(name for name in policy.extra_allowed if name not in names),
+        errno_enosys=tuple(sorted({*policy.errno_enosys, *names})),
     )
 
 
