@@ -351,6 +351,20 @@ def run_cgroup_parents(controllers: Sequence[str] = ("pids", "memory")) -> list[
     return list(dict.fromkeys(Path(bases[c], cgroup.DIR_NAME) for c in controllers if bases[c]))
 
 
+def no_memory_cgroup_reason() -> str | None:
+    """Why this caller's runs have no memory cgroup (not root on cgroup v1, no
+    delegated cgroup), where memfd_create and landlock_create_ruleset fail
+    ENOSYS in the jail (`seccomp.UNBOUNDED_WITHOUT_MEMORY_CGROUP`); None where
+    they have one."""
+    from trunner.linux.probe import probe_host
+
+    host = probe_host()
+    if host.memory_cgroup_base:
+        return None
+    return (f"no memory cgroup for this caller (uid {host.uid}): memfd_create and"
+            " landlock_create_ruleset fail ENOSYS in its jails")
+
+
 def run_cgroups_of(owner: str, controllers: Sequence[str] = ("pids", "memory")) -> list[str]:
     """The run cgroups `owner` holds (see `run_cgroup_parents`)."""
     return [str(p) for parent in run_cgroup_parents(controllers) if parent.is_dir()

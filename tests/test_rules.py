@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import platform
 import shutil
 import socket
@@ -22,8 +24,8 @@ from trunner.linux import landlock
 from trunner.linux.backend import LinuxBackend
 from trunner.linux.probe import probe_host
 from trunner.linux.profile import DEFAULT_PROFILE, PROVIDER_TEMPLATE, provider_profile
-from trunner.linux.seccomp import DEFAULT_POLICY
-from trunner.rules import effective_rules_version
+from trunner.linux.seccomp import DEFAULT_POLICY, build_bpf, without_memory_cgroup
+from trunner.rules import digest, effective_rules_version
 
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids and a memory cgroup, no import paths;
@@ -146,6 +148,29 @@ def test_each_limits_field_changes_the_version(field: str) -> None:
     if value == "auto":  # address_space_bytes: any number differs from "auto" here
         value = 3 * 1024**3
     assert version(Limits().replace(**{field: value * 2})) != version()
+
+
+def test_a_run_without_a_memory_cgroup_has_its_own_filter_and_version() -> None:
+    """Without a memory cgroup memfd_create and landlock_create_ruleset fail
+    ENOSYS (`seccomp.without_memory_cgroup`): the plan's filter differs, and
+    the version names it. With `address_space_bytes` fixed, the memory plan
+    and the filter are all that differ; the filter alone moves the version."""
+    host = probe_host()
+    limits = Limits(address_space_bytes=1 << 30)
+
+    def document(memory_cgroup_base: str) -> dict[str, Any]:
+        backend = LinuxBackend("trunner-worker", _host=dataclasses.replace(
+            host, memory_cgroup_base=memory_cgroup_base))
+        return backend.rules_document(limits)
+
+    with_cgroup, without = document("/sys/fs/cgroup/memory"), document("")
+    assert {key for key, value in with_cgroup["plan"].items()
+            if without["plan"][key] != value} == {"memory", "seccomp_bpf"}
+    assert with_cgroup["plan"]["seccomp_bpf"] == build_bpf(DEFAULT_POLICY)
+    assert without["plan"]["seccomp_bpf"] == build_bpf(without_memory_cgroup(DEFAULT_POLICY))
+    swapped = copy.deepcopy(without)
+    swapped["plan"]["seccomp_bpf"] = with_cgroup["plan"]["seccomp_bpf"]
+    assert digest(swapped) != digest(without)
 
 
 def test_import_paths_and_provider_change_the_version() -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from support import run_code
+from support import no_memory_cgroup_reason, run_code
 
 if TYPE_CHECKING:
     from trunner import ExecResult, Limits, Runner
@@ -30,6 +30,8 @@ async def _sh(runner: Runner, script: str, limits: Limits | None = None) -> Exec
     return done
 
 
+@pytest.mark.skipif(no_memory_cgroup_reason() is not None,
+                    reason=f"{no_memory_cgroup_reason()} (tests/security/test_new_calls.py)")
 async def test_memfd_create_holds_and_maps_bytes(runner: Runner) -> None:
     result = await run_code(runner, """
         import mmap
@@ -267,6 +269,8 @@ async def test_terminal_window_size_and_job_control_ioctls(runner: Runner) -> No
     assert result == [[40, 120], 0]
 
 
+@pytest.mark.skipif(no_memory_cgroup_reason() is not None,
+                    reason=f"{no_memory_cgroup_reason()} (tests/security/test_new_calls.py)")
 async def test_seccomp_and_landlock_confine_a_program_further(runner: Runner) -> None:
     """A nested sandbox: a child installs its own filter (getppid fails EPERM) and
     its own Landlock ruleset (no file may be read); both only add to the jail's."""

@@ -39,6 +39,7 @@ from trunner.linux.plan import (
     plan_jail,
     profile_paths,
     run_bound,
+    seccomp_policy_for,
     with_masks,
 )
 from trunner.linux.probe import HostPaths, probe_host, snapshot
@@ -367,7 +368,9 @@ class LinuxBackend:
     cgroup_leaf: str | None = None
     _host: HostSupport | None = field(default=None, repr=False)
     _paths: HostPaths | None = field(default=None, repr=False)
-    _bpf: bytes | None = field(default=None, repr=False)
+    #: The compiled filters, by `seccomp_policy_for`'s policy (it follows the
+    #: host's memory cgroup, which `settle()` may change).
+    _bpf: dict[seccomp.SeccompPolicy, bytes] = field(default_factory=dict, repr=False)
     _launch: tuple[str, ...] | None = field(default=None, repr=False)
     _prepared: dict[Limits, Prepared] = field(default_factory=dict, repr=False)
     _ids_checked: bool = field(default=False, repr=False)
@@ -470,16 +473,17 @@ class LinuxBackend:
         """The plan and the rules version for runs with `limits`, made once."""
         done = self._prepared.get(limits)
         if done is None:
-            if self._bpf is None:
+            policy = seccomp_policy_for(self.profile, self.probe())
+            if policy not in self._bpf:
                 try:
-                    self._bpf = seccomp.build_bpf(self.profile.seccomp)
+                    self._bpf[policy] = seccomp.build_bpf(policy)
                 except RuntimeError as e:  # libseccomp unusable: a layer that does not hold
                     raise RunnerError(Reason.SANDBOX_SETUP, f"seccomp: {e}") from e
             paths = self.host_paths()
             plan = plan_jail(limits, self.probe(), paths, self.profile,
                              import_paths=self.import_paths, parent_pid=os.getpid(),
                              landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip,
-                             seccomp_bpf=self._bpf)
+                             seccomp_bpf=self._bpf[policy])
             if not self.probe().is_root:
                 _refuse_locked_submounts(plan)
             plan = with_masks(plan, self._sockets_shown(plan))

@@ -381,6 +381,15 @@ def address_space_for(limits: Limits, *, memory_cgroup: bool) -> int:
     return RLIM_INFINITY if memory_cgroup else AUTO_ADDRESS_SPACE_BYTES
 
 
+def seccomp_policy_for(profile: JailProfile, host: HostSupport) -> seccomp.SeccompPolicy:
+    """The jail's seccomp policy on `host`: the profile's, less what only a
+    memory cgroup bounds where the run has none (`seccomp.without_memory_cgroup`:
+    memfds and Landlock rulesets fail ENOSYS)."""
+    if host.memory_cgroup_base:
+        return profile.seccomp
+    return seccomp.without_memory_cgroup(profile.seccomp)
+
+
 def rlimits_for(limits: Limits, *, memory_cgroup: bool) -> tuple[Rlimit, ...]:
     """`Limits` to rlimits; units are converted here only, and "auto"
     resolved (`address_space_for`): the plan, and so the rules version,
@@ -579,8 +588,8 @@ def plan_jail(
     limit and memory bound are cgroups; `host_id` the host uid and gid a
     root caller's jail runs as (anyone else's runs as its caller); None
     plans with the first of `ids.DEFAULT_RANGE` (the rules version hashes
-    a placeholder for it). `seccomp_bpf` is the profile's filter, compiled
-    (by default, here).
+    a placeholder for it). `seccomp_bpf` is `seccomp_policy_for(profile,
+    host)` compiled (by default, here).
 
     Raises:
         ValueError: the host has no process-limit mechanism, a namespace or
@@ -674,7 +683,8 @@ def plan_jail(
         workdir=WORKDIR,
         landlock=LandlockPlan.of(ruleset),
         parent_pid=parent_pid,
-        seccomp_bpf=seccomp.build_bpf(profile.seccomp) if seccomp_bpf is None else seccomp_bpf,
+        seccomp_bpf=(seccomp.build_bpf(seccomp_policy_for(profile, host))
+                     if seccomp_bpf is None else seccomp_bpf),
         waiter_bpf=seccomp.waiter_bpf(),
         unsafe_skip=tuple(sorted(set(unsafe_skip))),
     )
