@@ -422,6 +422,79 @@ async def test_memfd_cannot_overwrite_what_trunner_runs(runner: Runner) -> None:
     assert sha256(WAITER) == digest
 
 
+# -- memfds and Landlock rulesets: only a memory cgroup bounds them ---------------------------
+
+#: A memfd (os.memfd_create), a Landlock ruleset handling READ_FILE and the
+#: Landlock ABI query (landlock_create_ruleset, 444 on every architecture
+#: but alpha), each as its errno's name or "OK".
+MEMORY_HOLDERS = """
+import struct
+def call(nr, *args):
+    answer = syscall(nr, *args)
+    return "OK" if answer.startswith("OK:") else answer
+result = [attempt(lambda: os.close(os.memfd_create("held", os.MFD_CLOEXEC))),
+          call(444, struct.pack("QQQ", 1 << 2, 0, 0), 24, 0),
+          call(444, None, 0, 1)]
+"""
+
+
+@pytest.mark.skipif(no_memory_cgroup_reason() is None,
+                    reason="this caller's runs have a memory cgroup, which bounds memfds and"
+                    " rulesets: both stay allowed (test_memfd_and_rulesets_with_a_memory_cgroup)")
+async def test_memfd_and_rulesets_fail_enosys_without_a_memory_cgroup(runner: Runner) -> None:
+    """Without a memory cgroup only RLIMIT_AS bounds a process, and neither is
+    address space: a memfd's pages held 2048 MiB past RLIMIT_AS 1 GiB, 252
+    rulesets 1130 MiB of slab. Both fail ENOSYS, a kernel without them."""
+    assert await run_code(runner, MEMORY_HOLDERS) == ["ENOSYS", "ENOSYS", "ENOSYS"]
+
+
+@pytest.mark.skipif(no_memory_cgroup_reason() is not None,
+                    reason=str(no_memory_cgroup_reason()))
+async def test_memfd_and_rulesets_with_a_memory_cgroup(runner: Runner) -> None:
+    """A run with a memory cgroup (root on this host) keeps both: the cgroup
+    charges a memfd's pages and the rulesets' slab to the run."""
+    assert await run_code(runner, MEMORY_HOLDERS) == ["OK:None", "OK", "OK"]
+
+
+async def test_ordinary_programs_fall_back_without_memfd(runner: Runner) -> None:
+    """CPython's multiprocessing never calls memfd_create (its semaphores and
+    shared memory are /dev/shm files, on the scratch): a pool, a queue and a
+    shared memory block work either way. A program that tries a memfd first
+    gets an OSError of ENOSYS where the run has no memory cgroup, and falls
+    back to a file, as HotSpot's ZGC does."""
+    result = await _program(runner, """
+        import multiprocessing
+        from multiprocessing import shared_memory
+        def square(x):
+            return x * x
+        def put(queue):
+            queue.put(42)
+        with multiprocessing.Pool(2) as pool:
+            squares = pool.map(square, range(5))
+        queue = multiprocessing.Queue()
+        child = multiprocessing.Process(target=put, args=(queue,))
+        child.start()
+        got = queue.get(timeout=10)
+        child.join()
+        block = shared_memory.SharedMemory(create=True, size=16)
+        block.buf[:5] = b"hello"
+        other = shared_memory.SharedMemory(block.name)
+        shared = bytes(other.buf[:5])
+        other.close()
+        block.close()
+        block.unlink()
+        try:
+            fd, how = os.memfd_create("heap", os.MFD_CLOEXEC), "memfd"
+        except OSError as e:
+            fd = os.open("/dev/shm", os.O_TMPFILE | os.O_RDWR, 0o600)
+            how = errno.errorcode[e.errno]
+        os.write(fd, b"heap")
+        result = [squares, got, shared, how, os.pread(fd, 4, 0), child.exitcode]
+    """)
+    how = "memfd" if no_memory_cgroup_reason() is None else "ENOSYS"
+    assert result == [[0, 1, 4, 9, 16], 42, b"hello", how, b"heap", 0]
+
+
 # -- Linux AIO, inotify, cachestat: still denied -------------------------------------------------
 
 async def test_aio_watches_and_cachestat_stay_unavailable(runner: Runner) -> None:
