@@ -125,11 +125,12 @@ def _cgroup_read(path: Path, *names: str) -> int | None:
 
 
 def _sample_run_cgroup(seen: dict[str, int]) -> None:
-    """Fold one reading of this process's live run memory cgroups (as root
-    trunner makes one per run, under `<memory base>/trunner`, its name
-    starting with its owner's id) into `seen`: the lowest limit read (it is
-    unlimited until the helper sets it) and the highest peak."""
-    paths = list(Path(HOST.memory_cgroup_base, cgroup.DIR_NAME).glob(owner_id() + "-*"))
+    """Fold one reading of this process's live runs' program memory cgroups
+    (as root trunner makes one per run, under `<memory base>/trunner`, its
+    name starting with its owner's id; the program's is its `prog` leaf)
+    into `seen`: the lowest limit read (it is unlimited until the helper
+    sets it) and the highest peak."""
+    paths = list(Path(HOST.memory_cgroup_base, cgroup.DIR_NAME).glob(f"{owner_id()}-*/prog"))
     seen["runs"] = max(seen.get("runs", 0), len(paths))
     for path in paths:
         limit = _cgroup_read(path, "memory.max", "memory.limit_in_bytes")

@@ -34,6 +34,7 @@ from trunner.linux.plan import (
     File,
     HelperPlan,
     HostProc,
+    NoCpuCgroup,
     NoMemoryCgroup,
     Rlimit,
     Scratch,
@@ -113,6 +114,7 @@ CHECKS: dict[str, Any] = {
     "process_limit": lambda v: v == UsernsNproc(max=5 + 2),
     "jail_nproc": lambda v: v == 5 + 2,
     "memory": lambda v: v == NoMemoryCgroup(),
+    "cpu": lambda v: v == NoCpuCgroup(),
     "rlimits": lambda v: {Rlimit(resource=resource.RLIMIT_NOFILE, soft=99, hard=99),
                           Rlimit(resource=resource.RLIMIT_CPU, soft=4, hard=5),
                           Rlimit(resource=resource.RLIMIT_CORE, soft=0, hard=0)} <= set(v)

@@ -28,10 +28,10 @@ from trunner.linux.seccomp import DEFAULT_POLICY, build_bpf, without_memory_cgro
 from trunner.rules import digest, effective_rules_version
 
 #: The default profile's version with default Limits on the CI host
-#: (x86_64, Landlock ABI 7, root with a pids and a memory cgroup, no import paths;
+#: (x86_64, Landlock ABI 7, root with a pids, a memory and a cpuacct cgroup, no import paths;
 #: address_space_bytes "auto" resolved to no RLIMIT_AS).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "ae54aefa11584df0d225a7b8af9bee03cbef087c26fc2199ead9a5611906641d"
+GOLDEN_DEFAULT = "baf8460f6cf55321208413fddbbafd59405c48d488a00ff10cb044ab2364953e"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:

@@ -324,12 +324,16 @@ async def remove_jail_dir(path: str, forget: Hold) -> bool:
 
 
 def remove_cgroup(path: str) -> bool:
-    """Remove a run's cgroup, its leaves (`sup`, `prog`) first, or SIGKILL
-    what they still hold; whether it is gone."""
-    from trunner.linux.kernel.abi import PROG_CGROUP, SUP_CGROUP
-
-    leaves = [_remove_one(os.path.join(path, leaf)) for leaf in (SUP_CGROUP, PROG_CGROUP)]
-    return all(leaves) and _remove_one(path)
+    """Remove a run's cgroup, its leaves (`sup`, `prog`: its only subdirs)
+    first, or SIGKILL what they still hold; whether it is gone."""
+    try:
+        leaves = [entry.path for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return True
+    except OSError:
+        leaves = []
+    gone = [_remove_one(leaf) for leaf in leaves]
+    return all(gone) and _remove_one(path)
 
 
 def _remove_one(path: str) -> bool:

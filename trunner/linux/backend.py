@@ -172,8 +172,10 @@ class LinuxJail:
                 limits.memory_bytes, limits.stdout_max_bytes, limits.stderr_max_bytes,
                 request_bytes))
         except OSError as e:
-            raise RunnerError(Reason.SANDBOX_SETUP, f"cannot bound cgroup {self.memory_cgroup}:"
-                              f" {e.strerror} (errno {e.errno})") from None
+            out_of_fds = e.errno in (errno.EMFILE, errno.ENFILE)
+            raise RunnerError(Reason.SPAWN_FAILED if out_of_fds else Reason.SANDBOX_SETUP,
+                              f"cannot bound cgroup {self.memory_cgroup}: {e.strerror}"
+                              f" (errno {e.errno})") from None
 
     def usage_now(self, pgid: int, *, program_only: bool) -> tuple[float, float, int] | None:
         """What the jail's processes used so far (user s, system s, the
