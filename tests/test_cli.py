@@ -220,7 +220,7 @@ async def test_cancel_on_signals_around_a_body_that_never_checkpoints() -> None:
 HOST_KEYS = ("platform", "is_root", "uid", "gid", "landlock_abi", "seccomp_filter",
              "user_namespaces", "network_namespaces", "process_limit", "refusal",
              "refusal_detail", "rules_version", "worker", "can_run")
-LAYERS = {"namespaces", "landlock", "seccomp", "process_limit", "memory", "identity",
+LAYERS = {"namespaces", "landlock", "seccomp", "process_limit", "memory", "cgroup_view", "identity",
           "provider_profile"}
 
 

@@ -430,7 +430,7 @@ def _layer_text(name: str, layer: dict[str, Any]) -> str:
         return f"{state}: {layer['kind']}{where}{per_run}{note}"
     if name == "seccomp":
         return state if layer["holds"] else f"{state}: {layer['detail']}"
-    if name in ("memory", "identity"):
+    if name in ("memory", "identity", "cgroup_view"):
         return f"{state}: {layer['detail']}"
     if name == "provider_profile":
         return "can run" if layer["holds"] else f"refused: {layer['detail']}"

@@ -69,6 +69,10 @@ class HostSupport:
     #: Where per-run CPU accounting cgroups are made (v1 cpuacct; on v2 the
     #: runs' one cgroup; "": none, the program's CPU time is then rusage's).
     cpu_cgroup_base: str = ""
+    #: How the jail shows its program's cgroup, each (fstype, options): one
+    #: ("cgroup2", "") on v2; on v1 ("cgroup", CONTROLLERS) for each
+    #: hierarchy runs get a cgroup in. Empty: runs have no cgroup to show.
+    cgroup_views: tuple[tuple[str, str], ...] = ()
     refusal: Reason | None = None
     refusal_detail: str = ""
     #: The namespace kinds this host lets a jail create (user, net, mount,

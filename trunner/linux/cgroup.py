@@ -67,6 +67,36 @@ def find_base(controller: str = "pids") -> str | None:
     return None
 
 
+def views(bases: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """How a jail shows its program's cgroups made under `bases` ("": none):
+    one ("cgroup2", "") where they are v2; else ("cgroup", CONTROLLERS) for
+    each v1 hierarchy among them, its controllers as mounted (`cpu,cpuacct`).
+    Reads only."""
+    bases = [b for b in dict.fromkeys(bases) if b]
+    if not bases:
+        return ()
+    if os.path.exists(os.path.join(bases[0], "cgroup.controllers")):
+        return (("cgroup2", ""),)
+    shown: list[tuple[str, str]] = []
+    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
+        left, _, right = line.partition(" - ")
+        fstype, _, options = [*right.split(" "), "", "", ""][:3]
+        mount_point = left.split(" ")[4] if len(left.split(" ")) > 4 else ""
+        if fstype != "cgroup" or not any(
+                b == mount_point or b.startswith(mount_point + "/") for b in bases):
+            continue
+        controllers = [o for o in options.split(",") if o in V1_CONTROLLERS]
+        if controllers and ("cgroup", ",".join(controllers)) not in shown:
+            shown.append(("cgroup", ",".join(controllers)))
+    return tuple(shown)
+
+
+#: cgroup v1 controllers, as mount options name them.
+V1_CONTROLLERS = frozenset({"cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices",
+                            "freezer", "net_cls", "net_prio", "perf_event", "hugetlb",
+                            "rdma", "misc"})
+
+
 class RunCgroups:
     """Where one backend makes its runs' cgroups: `prepare` sets up a base
     (enabling the controller for children of a v2 root, making the

@@ -77,6 +77,13 @@ def host_layers(host: HostSupport, landlock_abi: int | None = None,
                        "no memory cgroup for this caller: address_space_bytes per process,"
                        " and scratch_bytes for the scratch"),
         },
+        # What runtimes that size themselves from their cgroup see (the JVM,
+        # Node, Go): the program's own cgroup, read-only at /sys/fs/cgroup.
+        "cgroup_view": {
+            "holds": True,
+            "mounts": [f"{fstype} {options}".strip() for fstype, options in host.cgroup_views],
+            "detail": _view_detail(host),
+        },
         "identity": {
             "holds": True,
             "detail": ("a root caller's jails each run as their own host uid/gid, taken from"
@@ -88,6 +95,21 @@ def host_layers(host: HostSupport, landlock_abi: int | None = None,
         # network) can run here.
         "provider_profile": {"holds": provider is None, "detail": provider or ""},
     }
+
+
+def _view_detail(host: HostSupport) -> str:
+    views = host.cgroup_views
+    if not views:
+        return ("no view: runs have no cgroup of their own here, so the JVM and Node size"
+                " themselves from the host's RAM; pass -XX:MaxRAM=BYTES (JAVA_TOOL_OPTIONS)"
+                " and NODE_OPTIONS=--max-old-space-size=MIB in the run's env")
+    if views == (("cgroup2", ""),):
+        return "the program's cgroup (cgroup2) at /sys/fs/cgroup: its memory.max and cpu.max"
+    shown = {c for _, options in views for c in options.split(",")}
+    missing = sorted({"memory", "cpu", "cpuacct", "cpuset"} - shown)
+    return (f"cgroup v1: the program's {', '.join(sorted(shown))} cgroups under /sys/fs/cgroup"
+            + (f"; the JVM also needs {', '.join(missing)} (pass -XX:MaxRAM=BYTES in"
+               " JAVA_TOOL_OPTIONS)" if missing else ""))
 
 
 def _sysctl(name: str) -> str:

@@ -263,7 +263,21 @@ class Devpts(_Item, frozen=True, tag="devpts", tag_field="op"):
     max: int
 
 
-ProcOp = Mask | ReadOnly | Devpts
+class CgroupView(_Item, frozen=True, tag="cgroup_view", tag_field="op"):
+    """The program's own cgroup, shown read-only on `path` (pid 2 mounts
+    `fstype` with `options` in the jail's cgroup namespace, rooted at the
+    run's `prog`): runtimes that size themselves from their cgroup (the
+    JVM, Node, Go's CPU quota) see their limits."""
+
+    path: str
+    fstype: str
+    options: str
+
+
+ProcOp = Mask | ReadOnly | Devpts | CgroupView
+
+#: Where the jail shows its program's cgroup (`CgroupView`).
+CGROUP_VIEW_DIR: Final = "/sys/fs/cgroup"
 
 
 class ScratchSize(_Item, frozen=True):
@@ -499,7 +513,7 @@ def _outermost(paths: Sequence[str], keep: str = "") -> list[str]:
 
 
 def _is_built(path: str) -> bool:
-    return path in _BUILT or path.startswith(("/dev/", "/proc/"))
+    return path in _BUILT or path.startswith(("/dev/", "/proc/", CGROUP_VIEW_DIR))
 
 
 def _identity() -> tuple[str, str]:
@@ -508,6 +522,29 @@ def _identity() -> tuple[str, str]:
     passwd = (f"trunner:x:{JAIL_ID}:{JAIL_ID}:trunner:{WORKDIR}:/bin/sh\n"
               "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
     return passwd, f"trunner:x:{JAIL_ID}:\nnogroup:x:65534:\n"
+
+
+def cgroup_views(host: HostSupport) -> tuple[tuple[CgroupView, ...], tuple[RootOp, ...]]:
+    """The program's cgroup as the jail shows it (`host.cgroup_views`: v2
+    one cgroup2 mount; v1 each hierarchy the run has a cgroup of its own
+    in, with a link for each of a co-mounted hierarchy's controllers), and
+    the root's mount points and links for them. None where the run has no
+    cgroup: never a hierarchy not rooted at the run's own."""
+    views: list[CgroupView] = []
+    ops: list[RootOp] = []
+    for fstype, options in host.cgroup_views:
+        if fstype == "cgroup2":
+            views.append(CgroupView(path=CGROUP_VIEW_DIR, fstype=fstype, options=""))
+            ops.append(Dir(path=CGROUP_VIEW_DIR, mode=0o555))
+            continue
+        path = f"{CGROUP_VIEW_DIR}/{options}"
+        views.append(CgroupView(path=path, fstype=fstype, options=options))
+        ops.append(Dir(path=path, mode=0o555))
+        controllers = options.split(",")
+        if len(controllers) > 1:  # cpu,cpuacct: `cpu` and `cpuacct` link to it, as on hosts
+            ops.extend(Symlink(target=options, path=f"{CGROUP_VIEW_DIR}/{c}")
+                       for c in controllers)
+    return tuple(views), tuple(ops)
 
 
 def root_ops(binds: Sequence[str], host: HostPaths) -> tuple[RootOp, ...]:
@@ -633,6 +670,9 @@ def plan_jail(
     ll_abi = min(host.landlock_abi if landlock_abi is None else landlock_abi, landlock.KNOWN_ABI)
     read_exec = resolve_paths(profile.read_exec, paths)
     read_only = [*resolve_paths(profile.read_only, paths), *import_paths]
+    views, view_dirs = cgroup_views(host)
+    if views:
+        read_only.append(CGROUP_VIEW_DIR)
     binds_ro = [p for p in [*read_exec, *read_only] if not _is_built(p)]
     if TRUNNER_PATH in profile.read_exec:
         # Its parent, on sys.path, must be listable; in the jail it holds
@@ -674,8 +714,8 @@ def plan_jail(
         gid=gid,
         jail_id=JAIL_ID,
         loopback=abi.LOOPBACK_UP if flags & abi.CLONE_NEWNET else abi.LOOPBACK_HOST,
-        root_ops=root_ops(binds, paths),
-        proc_ops=PROC_OPS,
+        root_ops=(*root_ops(binds, paths), *view_dirs),
+        proc_ops=(*PROC_OPS, *views),
         scratch=ScratchSize(bytes=limits.scratch_bytes,
                             inodes=max(1024, limits.scratch_bytes // 4096)),
         staging=STAGING,

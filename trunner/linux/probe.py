@@ -152,6 +152,8 @@ def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
         nproc_per_userns=per_userns,
         memory_cgroup_base=memory,
         cpu_cgroup_base=cpu,
+        cgroup_views=cgroup.views([limit.cgroup_base if limit and limit.kind == "pids_cgroup"
+                                   else "", memory, cpu]),
         cgroup_leaf=leaf,
         cgroup_note=note,
         refusal=refusal,

@@ -287,6 +287,11 @@ def enter_jail(proc_ops: "list[dict[str, Any]]", hostname: str, workdir: str) ->
             _read_only(target)
         elif op == "devpts":
             _devpts(target, item)
+        elif op == "cgroup_view":
+            # The jail's cgroup namespace is rooted at the run's `prog`: the
+            # mount shows that cgroup and nothing above it. Read-only.
+            mount(item["fstype"], target, item["fstype"],
+                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, item["options"])
         else:
             raise OSError(22, f"unknown /proc operation {op!r}", "proc")
     name = _path(hostname)
