@@ -31,10 +31,10 @@ from trunner.worker import locate_worker
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-STEPS = ["env", "process_limit", "memory", "rlimits", "build_namespace", "ipc", "root", "identity",
-         "namespaces", "loopback", "jail_processes", "parent_death", "pid_namespace", "proc",
-         "capabilities", "descriptors", "no_new_privs",
-         "landlock", "seccomp"]
+STEPS = ["env", "process_limit", "memory", "cpu", "rlimits", "build_namespace", "ipc", "root",
+         "identity", "namespaces", "loopback", "jail_processes", "parent_death",
+         "pid_namespace", "proc", "capabilities", "descriptors", "no_new_privs", "landlock",
+         "seccomp"]
 
 
 class PlanEditing(LinuxBackend):
