@@ -167,9 +167,25 @@ async def test_open_host_control_file_for_write(runner: Runner, path: str) -> No
     # the run starts with none (a new session): ENXIO, no host terminal.
     expected = ["EACCES", True] if path.startswith("/proc/sys") else ["ENOENT"]
     expected = {"/dev/tty": ["ENXIO", False]}.get(path, expected)
+    if path in _cgroup_view_files():
+        # The program's own cgroup, shown read-only (`CgroupView`): its
+        # cgroup.procs is root's as root (EACCES), else the mount's EROFS.
+        expected = ["EACCES" if os.getuid() == 0 else "EROFS", True]
     assert result == expected
     if before is not None:
         assert Path(path).read_bytes() == before
+
+
+def _cgroup_view_files() -> set[str]:
+    """The cgroup.procs files the jail's /sys/fs/cgroup shows: its program's
+    own cgroup's, at each view's root."""
+    from trunner.linux.probe import probe_host
+
+    views = probe_host().cgroup_views
+    if views == (("cgroup2", ""),):
+        return {"/sys/fs/cgroup/cgroup.procs"}
+    shown = {c for _, options in views for c in options.split(",")}
+    return {f"/sys/fs/cgroup/{c}/cgroup.procs" for c in shown}
 
 
 METADATA_CALLS = {
