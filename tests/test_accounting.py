@@ -65,8 +65,14 @@ async def test_the_request_is_not_the_programs_memory(runner: Runner) -> None:
     usage = result.usage
     assert usage is not None
     assert result.response.exit_code == 0
+    if not CGROUP:
+        # Documented (docs/figures.md): max_rss keeps the adapter's peak at
+        # the spawn (its request copy included) across the program's exec.
+        assert usage.memory_source == "max_rss"
+        assert usage.peak_memory_bytes >= 30 * MiB, usage
+        return
     assert usage.peak_memory_bytes < 8 * MiB, usage
-    assert usage.memory_source == ("cgroup" if CGROUP else "max_rss")
+    assert usage.memory_source == "cgroup"
 
 
 async def test_four_concurrent_100_mib_processes_count_together(runner: Runner) -> None:
