@@ -94,9 +94,13 @@ async def test_node_sizes_its_heap_from_the_runs_memory(runner: Runner) -> None:
                     " pass --max-old-space-size in env)")
     limits = runner.limits.replace(memory_bytes=1024 * MiB, processes=64,
                                    wall_time_s=scaled(60))
-    code = "console.log(require('v8').getHeapStatistics().heap_size_limit)"
+    code = ("console.log(require('v8').getHeapStatistics().heap_size_limit,"
+            " process.versions.node.split('.')[0])")
     result = await runner.exec(["node", "-e", code], limits=limits)
-    jailed = int(result.response.stdout)
+    jailed, major = map(int, result.response.stdout.split())
+    if major < 20:  # Debian 12's Node 18 (seen in the v2 guest: 1534 MiB either way)
+        pytest.skip(f"Node {major} sizes its heap from the host's RAM, never its cgroup"
+                    " (Node 20 on does)")
     host = _node_heap([])
     print(f"node heap_size_limit: {jailed / MiB:.0f} MiB jailed, {host / MiB:.0f} MiB on the host")
     assert jailed <= 1024 * MiB, jailed
