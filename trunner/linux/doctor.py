@@ -168,6 +168,9 @@ def memory_bounds(host: HostSupport) -> list[dict[str, str]]:
          f" pipes <= open_files x processes / 2 ({fds // 2})"},
         {"what": "fds in flight", "bound": "per host uid: RLIMIT_NOFILE"
          f" ({limits.open_files}) of the sender, each a pipe or socket with its buffers"},
+        {"what": "memfds, landlock rulesets", "bound": (
+            "the memory cgroup (their pages and slab are charged to it)" if cgroup else
+            "refused: memfd_create and landlock_create_ruleset fail ENOSYS (seccomp)")},
         {"what": "tcp and udp buffers", "bound": _inet_sockets_bound(host, limits)},
         {"what": "unix sockets", "bound": ("the memory cgroup (their buffers are charged to it);"
          if cgroup else "NOT BOUNDED per run: net.core.wmem_max is host-global;")
