@@ -165,7 +165,7 @@ async def test_open_host_control_file_for_write(runner: Runner, path: str) -> No
     # read only, on top). /dev/tty is bound and granted: it opens the caller's
     # controlling terminal, which can only be a pty of the run's own devpts, and
     # the run starts with none (a new session): ENXIO, no host terminal.
-    expected = ["EACCES", True] if path.startswith("/proc/sys") else ["ENOENT"]
+    expected: list[object] = ["EACCES", True] if path.startswith("/proc/sys") else ["ENOENT"]
     expected = {"/dev/tty": ["ENXIO", False]}.get(path, expected)
     if path in _cgroup_view_files():
         # The program's own cgroup, shown read-only (`CgroupView`): its
