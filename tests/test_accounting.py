@@ -116,7 +116,6 @@ for _ in range(6):
     os.close(w)
     os.read(r, 1)
     os.close(r)
-time.sleep(1)
 """
 
 
