@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import glob
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
+    from pathlib import Path
 
     from trunner import Limits, Runner
 
@@ -58,19 +58,13 @@ def child_pids() -> list[int]:
 
 
 def cgroup_dirs() -> set[str]:
-    from trunner.linux import cgroup
-    from trunner.linux.probe import probe_host
-
-    limit = probe_host().process_limit
-    if limit is None or limit.kind != "pids_cgroup":
-        return set()
-    base = Path(limit.cgroup_base, cgroup.DIR_NAME)
-    # Only this process's: cgroup names start with its owner id (pid, start
-    # time, PID namespace: another trunner may have had this pid).
+    """This process's run cgroups, in every hierarchy runs get one in."""
+    from support import ALL_CONTROLLERS, run_cgroups_of
     from trunner.cleanup import owner_id
 
-    mine = f"{owner_id()}-"
-    return {p.name for p in base.glob(mine + "*") if p.is_dir()} if base.is_dir() else set()
+    # Only this process's: cgroup names start with its owner id (pid, start
+    # time, PID namespace: another trunner may have had this pid).
+    return set(run_cgroups_of(owner_id(), ALL_CONTROLLERS))
 
 
 @pytest.fixture

@@ -337,18 +337,24 @@ def owner_of(pid: int) -> str:
     return f"{pid}-{fields[19]}-{os.stat('/proc/self/ns/pid').st_ino}"
 
 
+#: Every hierarchy a run may get a cgroup in (v1; v2 has one).
+ALL_CONTROLLERS = ("pids", "memory", "cpuacct", "cpu", "cpuset")
+
+
 def run_cgroup_parents(controllers: Sequence[str] = ("pids", "memory")) -> list[Path]:
     """The dirs run cgroups go in (`trunner/` under the bases of
-    `controllers`: one for both on cgroup v2); [] where runs get none (not
-    root)."""
+    `controllers`: one for all on cgroup v2); [] where runs get none (not
+    root, or no delegated cgroup)."""
     from trunner.linux import cgroup
     from trunner.linux.probe import probe_host
 
     host = probe_host()
     limit = host.process_limit
     bases = {"pids": limit.cgroup_base if limit is not None and limit.kind == "pids_cgroup"
-             else "", "memory": host.memory_cgroup_base if host.is_root else ""}
-    return list(dict.fromkeys(Path(bases[c], cgroup.DIR_NAME) for c in controllers if bases[c]))
+             else "", "memory": host.memory_cgroup_base, "cpuacct": host.cpu_cgroup_base,
+             **{c: b for b, c in host.view_cgroup_bases}}
+    return list(dict.fromkeys(Path(bases[c], cgroup.DIR_NAME) for c in controllers
+                              if bases.get(c)))
 
 
 def no_memory_cgroup_reason() -> str | None:
@@ -368,7 +374,7 @@ def no_memory_cgroup_reason() -> str | None:
 def run_cgroups_of(owner: str, controllers: Sequence[str] = ("pids", "memory")) -> list[str]:
     """The run cgroups `owner` holds (see `run_cgroup_parents`)."""
     return [str(p) for parent in run_cgroup_parents(controllers) if parent.is_dir()
-            for p in parent.glob(f"{owner}-*")]
+            for p in parent.glob(f"{owner}-*") if p.is_dir()]
 
 
 def jailed_under(root: str) -> list[int]:

@@ -107,6 +107,12 @@ async def test_node_sizes_its_heap_from_the_runs_memory(runner: Runner) -> None:
     assert host > 1024 * MiB, host  # the view made the difference
 
 
+def _java_heap() -> int:
+    flags = subprocess.run(["java", "-XX:+PrintFlagsFinal", "-version"], check=True,
+                           capture_output=True, text=True).stdout
+    return int(flags.split(" MaxHeapSize ")[1].split()[1])
+
+
 @pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
 async def test_the_jvm_sizes_its_heap_from_the_runs_memory(runner: Runner) -> None:
     if not JVM_VIEW:
@@ -118,5 +124,7 @@ async def test_the_jvm_sizes_its_heap_from_the_runs_memory(runner: Runner) -> No
     result = await runner.exec(
         ["sh", "-c", "java -XX:+PrintFlagsFinal -version | grep -w MaxHeapSize"], limits=limits)
     heap = int(result.response.stdout.split()[3])
-    print(f"java MaxHeapSize: {heap / MiB:.0f} MiB")
+    host = _java_heap()
+    print(f"java MaxHeapSize: {heap / MiB:.0f} MiB jailed, {host / MiB:.0f} MiB on the host")
     assert heap <= 512 * MiB, result.response.stdout
+    assert host > 1024 * MiB, host  # the view made the difference

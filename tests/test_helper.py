@@ -44,10 +44,10 @@ class PlanEditing(LinuxBackend):
 
     def _plan_for_run(
         self, limits: Limits, cgroup_dir: str | None, memory_dir: str | None,
-        host_id: int | None, cpu_dir: str | None = None,
+        host_id: int | None, cpu_dir: str | None = None, view_dirs: tuple[str, ...] = (),
     ) -> HelperPlan:
         return type(self).edit(super()._plan_for_run(limits, cgroup_dir, memory_dir, host_id,
-                                                     cpu_dir))
+                                                     cpu_dir, view_dirs))
 
 
 class ArgvEditing(LinuxBackend):

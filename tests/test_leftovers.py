@@ -19,6 +19,7 @@ import trio
 
 from conftest import TESTS_DIR
 from support import (
+    ALL_CONTROLLERS,
     is_alive,
     jailed_under,
     owner_of,
@@ -28,7 +29,7 @@ from support import (
     wait_until,
 )
 from trunner import Runner
-from trunner.cleanup import OWNER_DIR_PREFIX, owner_alive, owner_id
+from trunner.cleanup import OWNER_DIR_PREFIX, owner_alive, owner_id, remove_cgroup
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -106,7 +107,7 @@ def _watchdogs_of(owner: str) -> list[int]:
 def _left(root: Path, caller: str, seen: set[int]) -> list[str]:
     """What of `caller`'s runs is still on the host ([] = nothing)."""
     left = [f"process {p}" for p in seen | set(jailed_under(str(root))) if is_alive(p)]
-    left += [f"cgroup {c}" for c in run_cgroups_of(caller)]
+    left += [f"cgroup {c}" for c in run_cgroups_of(caller, ALL_CONTROLLERS)]
     # os.walk, not rglob: it skips what goes while it lists (the watchdog removes it).
     return left + [f"dir {os.path.relpath(os.path.join(top, name), root)}"
                    for top, dirs, files in os.walk(root) for name in dirs + files]
@@ -174,8 +175,8 @@ async def test_killing_the_caller_and_its_children_together_leaves_nothing(
         caller.wait()
         assert caller.stderr is not None
         caller.stderr.close()
-        for path in run_cgroups_of(owner):  # so that a failure leaves nothing
-            os.rmdir(path)
+        for path in run_cgroups_of(owner, ALL_CONTROLLERS):  # so that a failure leaves nothing
+            remove_cgroup(path)
 
 
 # -- a new Runner sweeps what dead owners left ------------------------------------

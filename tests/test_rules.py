@@ -28,10 +28,11 @@ from trunner.linux.seccomp import DEFAULT_POLICY, build_bpf, without_memory_cgro
 from trunner.rules import digest, effective_rules_version
 
 #: The default profile's version with default Limits on the CI host
-#: (x86_64, Landlock ABI 7, root with a pids, a memory and a cpuacct cgroup, no import paths;
+#: (x86_64, Landlock ABI 7, root with a pids, a memory and a cpuacct cgroup and cpu and cpuset
+#: cgroups for the view, no import paths;
 #: address_space_bytes "auto" resolved to no RLIMIT_AS).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "fa26a835fabc615af7fe3c1563e5b5cb630ef170d9f9f1e59e4efc9904196c7f"
+GOLDEN_DEFAULT = "ec3d4d5a3bb27e9616d602a7da79886cbc4f8903f2f37ef9d4b723d006d2a81b"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:

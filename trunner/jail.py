@@ -69,6 +69,9 @@ class HostSupport:
     #: Where per-run CPU accounting cgroups are made (v1 cpuacct; on v2 the
     #: runs' one cgroup; "": none, the program's CPU time is then rusage's).
     cpu_cgroup_base: str = ""
+    #: v1: (base, controller) where runs get a cgroup for the jail's view
+    #: only (cpu and cpuset, where each is a hierarchy of its own).
+    view_cgroup_bases: tuple[tuple[str, str], ...] = ()
     #: How the jail shows its program's cgroup, each (fstype, options): one
     #: ("cgroup2", "") on v2; on v1 ("cgroup", CONTROLLERS) for each
     #: hierarchy runs get a cgroup in. Empty: runs have no cgroup to show.

@@ -553,10 +553,12 @@ class LinuxBackend:
         return self.prepared(limits).version
 
     def _plan_for_run(self, limits: Limits, cgroup_dir: str | None, memory_dir: str | None,
-                      host_id: int | None, cpu_dir: str | None = None) -> HelperPlan:
+                      host_id: int | None, cpu_dir: str | None = None,
+                      view_dirs: tuple[str, ...] = ()) -> HelperPlan:
         """One run's plan (tests override this to edit it)."""
         return for_run(self.prepared(limits).plan, cgroup=cgroup_dir, memory_cgroup=memory_dir,
-                       host_id=host_id, parent_pid=os.getpid(), cpu_cgroup=cpu_dir)
+                       host_id=host_id, parent_pid=os.getpid(), cpu_cgroup=cpu_dir,
+                       view_cgroups=view_dirs)
 
     def open_jail(
         self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits
@@ -575,6 +577,7 @@ class LinuxBackend:
         assert limit is not None  # check() refused otherwise
         paths: list[str] = []
         pids_dir = memory_dir = cpu_dir = None
+        view_dirs: tuple[str, ...] = ()
         # As root, the run's own host id, held until `LinuxJail.release`.
         lease = self._ids.acquire() if host.is_root else None
         try:
@@ -583,17 +586,19 @@ class LinuxBackend:
                          (host.cpu_cgroup_base, "cpuacct")]
                 # Listed with the watchdog before they exist.
                 paths = self._cgroups.make([b for b in bases if b[0]],
-                                           lambda joined: watchdog.hold(joined, jail_dir))
+                                           lambda joined: watchdog.hold(joined, jail_dir),
+                                           host.view_cgroup_bases)
                 # v2: one dir for all (the bases are the same).
                 made = dict(zip([b for b, _ in bases if b], paths, strict=False))
                 pids_dir = paths[0]
                 memory_dir = made.get(host.memory_cgroup_base)
                 cpu_dir = made.get(host.cpu_cgroup_base)
+                view_dirs = tuple(paths[len(paths) - len(host.view_cgroup_bases):])
             jail = LinuxJail(Command(argv=(), env={}, cwd=jail_dir), jail_dir,
                              memory_cgroup=memory_dir, limits=limits)
             jail.admit(0)  # the run's whole bound; its program's is the helper's
             plan = self._plan_for_run(limits, pids_dir, memory_dir,
-                                      None if lease is None else lease.id, cpu_dir)
+                                      None if lease is None else lease.id, cpu_dir, view_dirs)
             env = environment(self.profile.environment, self.import_paths)
         except BaseException:
             try:
@@ -623,7 +628,8 @@ class LinuxBackend:
         host = self.probe()
         limit = host.process_limit
         bases = [limit.cgroup_base if limit is not None and limit.kind == "pids_cgroup" else "",
-                 host.memory_cgroup_base, host.cpu_cgroup_base]
+                 host.memory_cgroup_base, host.cpu_cgroup_base,
+                 *(b for b, _ in host.view_cgroup_bases)]
         dirs = dict.fromkeys(os.path.join(b, cgroup.DIR_NAME) for b in bases if b)
         return cleanup.sweep(temp_root, list(dirs))
 

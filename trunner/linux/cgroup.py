@@ -2,7 +2,9 @@
 
 As root (and, on cgroup v2, any caller a cgroup is delegated to) each
 invocation gets its own pids cgroup whose `pids.max` bounds its processes,
-its own memory cgroup, and (v1) its own cpuacct cgroup. On cgroup v2 they
+its own memory cgroup, and (v1) its own cpuacct cgroup, and cpu and cpuset
+cgroups where those are hierarchies of their own, for the jail's view only
+(the JVM reads v1 limits only with all four shown). On cgroup v2 they
 are one directory, under the delegated cgroup `delegation.place` finds.
 A run's cgroup holds no process: its leaf `sup` holds the helper, the
 jail's pid 1 and the adapter, its leaf `prog` the program, whose limit is
@@ -127,15 +129,20 @@ class RunCgroups:
             # children (a run's cgroup has `pids.max` only then), a `trunner/`
             # made again under a live backend too.
             _give(parent, controller)
+            if controller == "cpuset":
+                _fill_cpuset(base, parent)
         return parent
 
     def make(self, bases: Sequence[tuple[str, str]],
-             before_mkdir: Callable[[str], None]) -> list[str]:
+             before_mkdir: Callable[[str], None],
+             views: Sequence[tuple[str, str]] = ()) -> list[str]:
         """New cgroups for one run, one under each (base, controller) (one for
-        both on v2, where the bases are the same): the helper sets their limits
-        (the plan holds the numbers, so the rules version covers them).
-        `before_mkdir` is called with their paths, newline-separated, first (the
-        watchdog lists them).
+        both on v2, where the bases are the same), each with its leaves: the
+        helper sets their limits (the plan holds the numbers, so the rules
+        version covers them). Then one under each of `views` (v1 cpu and
+        cpuset), without leaves: the whole run joins it, so that its jail can
+        show the program a cgroup of its own there. `before_mkdir` is called
+        with all their paths, newline-separated, first (the watchdog lists them).
 
         Raises:
             RunnerError: `spawn_failed` when out of fds, else
@@ -145,14 +152,19 @@ class RunCgroups:
         paths: list[str] = []
         made: list[str] = []
         try:
-            for base, controller in bases:
+            with_leaves = set()
+            for i, (base, controller) in enumerate([*bases, *views]):
                 path = os.path.join(self.prepare(base, controller), name)
                 if path not in paths:
                     paths.append(path)
+                if i < len(bases):
+                    with_leaves.add(path)
             before_mkdir("\n".join(paths))
             for path in paths:
                 os.mkdir(path)
                 made.append(path)
+                if path not in with_leaves:
+                    continue
                 _give_leaves(path)
                 for leaf in LEAVES:
                     os.mkdir(os.path.join(path, leaf))
@@ -184,6 +196,17 @@ def _give_leaves(path: str) -> None:
     if wanted:
         with open(control, "w") as f:
             f.write(" ".join("+" + c for c in wanted))
+
+
+def _fill_cpuset(base: str, parent: str) -> None:
+    """v1: a new cpuset cgroup starts with no cpus and no mems (it could hold
+    no process): `trunner/` takes its base's, and its children copy theirs
+    (`cgroup.clone_children`), so a run's cpuset is the caller's."""
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        value = read_text(os.path.join(parent, name))
+        if not value:
+            write(os.path.join(parent, name), (read_text(os.path.join(base, name)) or "").encode())
+    write(os.path.join(parent, "cgroup.clone_children"), b"1")
 
 
 def _give(path: str, controller: str) -> None:

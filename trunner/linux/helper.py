@@ -296,6 +296,8 @@ def _account_cpu(cpu: "dict[str, Any]") -> None:
         _open_at(f"{prog}/cpuacct.usage", posix.O_RDONLY, abi.PROG_CPU_FD)
         _open_at(f"{prog}/cpuacct.stat", posix.O_RDONLY, abi.PROG_CPU_SPLIT_FD)
     _join_run(cpu["cgroup"])
+    for view in cpu["views"]:  # v1 cpu, cpuset: the whole run, for the jail's view
+        install.write_file(f"{view}/tasks", b"0")
 
 
 #: Run cgroups (one per hierarchy: one on v2) whose `sup` this process

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 CGROUP: Final = "@cgroup"
 MEMORY_CGROUP: Final = "@memory_cgroup"
 CPU_CGROUP: Final = "@cpu_cgroup"
+VIEW_CGROUP: Final = "@view_cgroup"
 #: The run's host uid and gid: a root caller's is per run (`ids.HostIds`),
 #: anyone else's the caller's; neither is part of the rules.
 HOST_UID: Final = "@uid"
@@ -151,9 +152,13 @@ MemoryPlan = MemoryCgroup | NoMemoryCgroup
 
 class CpuCgroup(_Item, frozen=True, tag="cpu_cgroup", tag_field="kind"):
     """The run's CPU accounting cgroup (v1 cpuacct; on v2 the run's one
-    cgroup): its `prog` leaf's CPU time is the program's whole tree's."""
+    cgroup): its `prog` leaf's CPU time is the program's whole tree's.
+    `views`: v1 cpu and cpuset cgroups of the run's, without leaves or
+    limits (default shares, the caller's cpus), which the helper joins for
+    the jail's view alone."""
 
     cgroup: str
+    views: tuple[str, ...] = ()
 
 
 class NoCpuCgroup(_Item, frozen=True, tag="none", tag_field="kind"):
@@ -655,7 +660,10 @@ def plan_jail(
     if host.memory_cgroup_base:
         memory = MemoryCgroup(cgroup=memory_cgroup, bytes=limits.memory_bytes,
                               socket_bytes=limits.memory_bytes)
-    cpu: CpuPlan = CpuCgroup(cgroup=cpu_cgroup) if host.cpu_cgroup_base else NoCpuCgroup()
+    cpu: CpuPlan = NoCpuCgroup()
+    if host.cpu_cgroup_base:
+        cpu = CpuCgroup(cgroup=cpu_cgroup,
+                        views=tuple(VIEW_CGROUP for _ in host.view_cgroup_bases))
     flags = 0
     for name in profile.namespaces:
         flags |= abi.NAMESPACE_FLAGS[name]
@@ -740,7 +748,8 @@ def with_masks(plan: HelperPlan, paths: Sequence[str]) -> HelperPlan:
 
 
 def for_run(plan: HelperPlan, *, cgroup: str | None, memory_cgroup: str | None,
-            host_id: int | None, parent_pid: int, cpu_cgroup: str | None = None) -> HelperPlan:
+            host_id: int | None, parent_pid: int, cpu_cgroup: str | None = None,
+            view_cgroups: tuple[str, ...] = ()) -> HelperPlan:
     """`plan` (planned once per `Limits`) with one run's own values."""
     changes: dict[str, Any] = {"parent_pid": parent_pid}
     if isinstance(plan.process_limit, PidsCgroup) and cgroup is not None:
@@ -748,7 +757,8 @@ def for_run(plan: HelperPlan, *, cgroup: str | None, memory_cgroup: str | None,
     if isinstance(plan.memory, MemoryCgroup) and memory_cgroup is not None:
         changes["memory"] = msgspec.structs.replace(plan.memory, cgroup=memory_cgroup)
     if isinstance(plan.cpu, CpuCgroup) and cpu_cgroup is not None:
-        changes["cpu"] = msgspec.structs.replace(plan.cpu, cgroup=cpu_cgroup)
+        changes["cpu"] = msgspec.structs.replace(plan.cpu, cgroup=cpu_cgroup,
+                                                 views=view_cgroups or plan.cpu.views)
     if host_id is not None:
         changes["uid"] = changes["gid"] = host_id
     return msgspec.structs.replace(plan, **changes)
@@ -798,6 +808,7 @@ def hashed_plan(data: dict[str, Any], host: HostPaths, env: dict[str, str]) -> d
         out["memory"]["cgroup"] = MEMORY_CGROUP
     if out["cpu"]["kind"] == "cpu_cgroup":
         out["cpu"]["cgroup"] = CPU_CGROUP
+        out["cpu"]["views"] = [VIEW_CGROUP for _ in out["cpu"]["views"]]
     out["parent_pid"] = 0
     out["uid"], out["gid"] = HOST_UID, HOST_GID
     out["env"] = name(env)

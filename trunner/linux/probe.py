@@ -92,11 +92,19 @@ def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
     has_seccomp = _has_seccomp_filter()
     per_userns = kernel_version() >= (5, 14)
     limit, memory, cpu, leaf, note = None, "", "", "", ""
+    views: list[tuple[str, str]] = []
     base = cgroup.find_base("pids") if is_root else None  # v1: root's only
     if base is not None:
         limit = ProcessLimit("pids_cgroup", base)
         memory = cgroup.find_base("memory") or ""
         cpu = cgroup.find_base("cpuacct") or ""
+        # The JVM reads v1 limits only with cpu and cpuset shown too.
+        seen = {base, memory, cpu}
+        for controller in ("cpu", "cpuset"):
+            view = cgroup.find_base(controller)
+            if view and view not in seen and memory:
+                views.append((view, controller))
+                seen.add(view)
     else:
         if cgroup_leaf is None:
             cgroup_leaf = os.environ.get(delegation.LEAF_VAR, "")
@@ -152,8 +160,9 @@ def probe_host(cgroup_leaf: str | None = None) -> HostSupport:
         nproc_per_userns=per_userns,
         memory_cgroup_base=memory,
         cpu_cgroup_base=cpu,
+        view_cgroup_bases=tuple(views),
         cgroup_views=cgroup.views([limit.cgroup_base if limit and limit.kind == "pids_cgroup"
-                                   else "", memory, cpu]),
+                                   else "", memory, cpu, *(b for b, _ in views)]),
         cgroup_leaf=leaf,
         cgroup_note=note,
         refusal=refusal,
