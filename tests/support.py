@@ -566,7 +566,7 @@ class Unjailed:
     def usage_now(self, pgid: int, *, program_only: bool) -> None:
         return None
 
-    def adapter_usage(self, report: bytes) -> None:
+    def final_usage(self, report: bytes) -> None:
         return None
 
     async def release(self) -> None:

@@ -30,7 +30,7 @@ from trunner.spawn import Child, spawn
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from trunner.jail import JailBackend, Spawner
+    from trunner.jail import Figures, JailBackend, Spawner
     from trunner.limits import Limits
 
 #: Most stderr bytes quoted in a `RunnerError.detail`.
@@ -163,8 +163,8 @@ def failed_usage(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
                  response_type: Any) -> Usage | None:  # noqa: ANN401  as in judge
     """The usage a failed run still reports: an `exec` adapter's frame, if
     it wrote one (it ends the program before it reports); else, for a
-    `run()` mode, the adapter's rusage that the jail reported
-    (`Jail.adapter_usage`); else what the parent read just before its kill
+    `run()` mode, what the jail read after its end (`Jail.final_usage`);
+    else what the parent read just before its kill
     (`Outcome.at_kill`); else None."""
     if response_type is ExecResult:
         try:
@@ -177,26 +177,25 @@ def failed_usage(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
             if reply.usage is not None:
                 return reply.usage
     else:
-        usage = adapter_usage(outcome, jail)
+        usage = run_usage(outcome, jail)
         if usage is not None:
             return usage
-    if outcome.at_kill is None:
-        return None
-    user, system, peak = outcome.at_kill
-    return Usage(wall_s=outcome.wall_s, cpu_user_s=user, cpu_sys_s=system,
-                 peak_memory_bytes=peak)
+    return _usage(outcome.at_kill, outcome.wall_s)
 
 
-def adapter_usage(outcome: Outcome, jail: Jail) -> Usage | None:
-    """A `run()` mode's usage: the adapter's own rusage (the jail's pid 1
-    reaps it and the helper reports it), over the wall time the parent saw
-    from the request's write to the adapter's end."""
-    reported = jail.adapter_usage(outcome.report)
-    if reported is None:
+def run_usage(outcome: Outcome, jail: Jail) -> Usage | None:
+    """A `run()` mode's usage (`Jail.final_usage`: its program's cgroup, or
+    the adapter's own rusage), over the wall time the parent saw from the
+    request's write to the adapter's end."""
+    return _usage(jail.final_usage(outcome.report), outcome.wall_s)
+
+
+def _usage(figures: Figures | None, wall_s: float) -> Usage | None:
+    if figures is None:
         return None
-    user, system, peak = reported
-    return Usage(wall_s=outcome.wall_s, cpu_user_s=user, cpu_sys_s=system,
-                 peak_memory_bytes=peak)
+    return Usage(wall_s=wall_s, cpu_user_s=figures.user_s, cpu_sys_s=figures.system_s,
+                 peak_memory_bytes=figures.peak_bytes, cpu_source=figures.cpu_source,
+                 memory_source=figures.memory_source)
 
 
 async def invoke(
@@ -221,7 +220,7 @@ async def invoke(
         outcome = await serve(started, frame, caps)
         response = judge(outcome, started.jail, caps.stdout_max_bytes, response_type)
         usage = (response.usage if response_type is ExecResult
-                 else adapter_usage(outcome, started.jail))
+                 else run_usage(outcome, started.jail))
         return Result(response, version, usage)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping  # noqa: TC003  annotates the Command dataclass: kept real
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from trunner.errors import Reason, RunnerError
 
@@ -92,6 +92,16 @@ class HostSupport:
         return self.refusal is None
 
 
+class Figures(NamedTuple):
+    """What a run's processes used, and where each figure was read."""
+
+    user_s: float
+    system_s: float
+    peak_bytes: int
+    cpu_source: Literal["rusage", "cgroup"] = "rusage"
+    memory_source: Literal["max_rss", "cgroup"] = "max_rss"
+
+
 @dataclass(frozen=True)
 class Failure:
     """Why a child's end is not a reply: a reason, a detail, and the exit
@@ -134,16 +144,19 @@ class Jail(Protocol):
         """Before the request is written: make room for it in the run's
         bound (never in its program's)."""
 
-    def usage_now(self, pgid: int, *, program_only: bool) -> tuple[float, float, int] | None:
-        """While the run's processes live: their CPU time so far (user s,
-        system s) and their largest peak resident set (bytes); with
-        `program_only`, without the adapter's own (an `exec` program's
-        tree). None if it cannot be read."""
+    def usage_now(self, pgid: int, *, program_only: bool) -> Figures | None:
+        """While the run's processes live, what its program used so far:
+        where the run has cgroups, its program's cgroup's CPU time since
+        `admit` and its peak; else, from /proc, the processes' CPU time and
+        their largest peak resident set, with `program_only` without the
+        adapter's own (an `exec` program's tree). None if it cannot be read."""
 
-    def adapter_usage(self, report: bytes) -> tuple[float, float, int] | None:
-        """After the run: the adapter process's own rusage (user s, system
-        s, max RSS bytes), its reaped children's included, from `report`;
-        None if it was not reported (a kill ended the jail first)."""
+    def final_usage(self, report: bytes) -> Figures | None:
+        """After `release`, what a `run()` mode (whose adapter is its
+        program) used: its program's cgroup's figures, read before
+        `release` removed it, where the run has one; else the adapter's own
+        rusage from `report`, its reaped children's included; None if
+        neither (a kill ended the jail first)."""
 
     async def release(self) -> None:
         """Free what the jail holds on the host (not the jail dir). Call

@@ -21,6 +21,7 @@ import trio
 from trunner.errors import Reason
 
 if TYPE_CHECKING:
+    from trunner.jail import Figures
     from trunner.spawn import Child
 
 #: How long the drains may take to reach EOF once the child has exited and
@@ -52,7 +53,7 @@ class Outcome:
     wall_s: float = 0.0
     #: What the run's processes had used when the parent killed them for a
     #: breach (`Jail.usage_now`), read just before the kill.
-    at_kill: tuple[float, float, int] | None = None
+    at_kill: Figures | None = None
 
     def fail(self, reason: Reason, detail: str) -> None:
         """Record a failure; the first one recorded wins."""

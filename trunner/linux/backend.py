@@ -24,7 +24,7 @@ import trio
 
 from trunner import cleanup
 from trunner.errors import Reason, RunnerError
-from trunner.jail import Command, Failure, HostSupport
+from trunner.jail import Command, Failure, Figures, HostSupport
 from trunner.linux import cgroup, delegation, kmsg, landlock, seccomp, sockets, watchdog
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds, IdLease
 from trunner.linux.kernel import abi
@@ -112,6 +112,12 @@ class LinuxJail:
     init_pidfd: int | None = None
     #: The run's limits (its whole cgroup's bound is made from them).
     limits: Limits | None = None
+    #: The run's CPU accounting cgroup (v1 cpuacct; v2 the run's one).
+    cpu_cgroup: str | None = None
+    #: Its program's CPU time when the request was written (`admit`), and
+    #: its figures read before `release` removed its cgroup.
+    cpu_at_admit: tuple[int, int, int] | None = None
+    final: Figures | None = None
 
     def spawned(self, pgid: int) -> None:
         self.pgid = pgid
@@ -148,6 +154,8 @@ class LinuxJail:
             await trio.sleep(0.001)
 
     async def release(self) -> None:
+        if self.final is None:
+            self.final = self._program_figures()
         try:
             for path in self.cgroups:
                 await cgroup.remove(path)
@@ -164,6 +172,8 @@ class LinuxJail:
     def admit(self, request_bytes: int) -> None:
         """Raise the run's whole cgroup's bound by its request (`run_bound`),
         before the request is written; its program's stays `memory_bytes`."""
+        if self.cpu_cgroup is not None:
+            self.cpu_at_admit = _prog_cpu(self.cpu_cgroup)
         limits = self.limits
         if self.memory_cgroup is None or limits is None:
             return
@@ -177,13 +187,19 @@ class LinuxJail:
                               f"cannot bound cgroup {self.memory_cgroup}: {e.strerror}"
                               f" (errno {e.errno})") from None
 
-    def usage_now(self, pgid: int, *, program_only: bool) -> tuple[float, float, int] | None:
-        """What the jail's processes used so far (user s, system s, the
-        largest VmHWM in bytes), read from the host's /proc while they run:
-        every descendant of the jail's pid 1 (the helper's child), each with
-        its reaped children's times; `program_only`, without pid 2's own
-        (the `exec` adapter: its children's times are its program's). None
-        if there is no pid 1 to read."""
+    def usage_now(self, pgid: int, *, program_only: bool) -> Figures | None:
+        """What the run's program used so far: its cgroup's CPU time since
+        `admit` and its peak where the run has cgroups (`prog` holds the
+        `exec` program's tree, or a `run()` mode's adapter and its
+        children). Else read from the host's /proc while they run (user s,
+        system s, the largest VmHWM in bytes): every descendant of the
+        jail's pid 1 (the helper's child), each with its reaped children's
+        times; `program_only`, without pid 2's own (the `exec` adapter: its
+        children's times are its program's). None if there is no pid 1 to
+        read."""
+        figures = self._program_figures()
+        if figures is not None and figures.memory_source == "cgroup":
+            return figures
         init = _children(pgid)
         if not init:
             return None
@@ -201,13 +217,36 @@ class LinuxJail:
             user, system = user + times[2], system + times[3]
             stack.extend((child, False) for child in _children(pid))
         tick = os.sysconf("SC_CLK_TCK")
-        return user / tick, system / tick, peak
+        return Figures(user / tick, system / tick, peak)
 
-    def adapter_usage(self, report: bytes) -> tuple[float, float, int] | None:
+    def final_usage(self, report: bytes) -> Figures | None:
         usage = parse_report(report)[0].get(abi.USAGE_NOTE)
-        if usage is None or len(usage) != 3:
+        rusage = None
+        if usage is not None and len(usage) == 3:
+            rusage = Figures(usage[0] / 1e6, usage[1] / 1e6, usage[2] * 1024)
+        final = self.final
+        if final is None or (final.memory_source != "cgroup" and rusage is None):
+            return rusage
+        if final.memory_source != "cgroup":  # v2 before 5.19: no memory.peak
+            assert rusage is not None
+            return final._replace(peak_bytes=rusage.peak_bytes)
+        return final
+
+    def _program_figures(self) -> Figures | None:
+        """The program's cgroup's CPU time since `admit` and (where the
+        kernel has it) its peak; None without cgroups."""
+        if self.cpu_cgroup is None:
             return None
-        return usage[0] / 1e6, usage[1] / 1e6, usage[2] * 1024
+        now = _prog_cpu(self.cpu_cgroup)
+        if now is None:
+            return None
+        total, user, system = (a - b for a, b in zip(now, self.cpu_at_admit or (0, 0, 0),
+                                                      strict=True))
+        share = user / (user + system) if user + system > 0 else 1.0
+        seconds = max(total, 0) / 1e9
+        peak = _prog_peak(self.memory_cgroup) if self.memory_cgroup else None
+        return Figures(seconds * share, seconds - seconds * share, peak or 0, "cgroup",
+                       "max_rss" if peak is None else "cgroup")
 
     def explain(self, exit_code: int, report: bytes, started_us: int) -> Failure | None:
         notes, refusal = parse_report(report)
@@ -234,6 +273,32 @@ class LinuxJail:
             name = seccomp.syscall_name(nr) or "?"
             detail = f"killed by SIGSYS: syscall {nr} ({name}) is not allowed"
         return Failure(Reason.SYSCALL_DENIED, detail, signal=sig)
+
+
+def _prog_cpu(run: str) -> tuple[int, int, int] | None:
+    """The run's `prog`'s CPU time (ns) and its user and system shares (any
+    unit), as the exec adapter reads them (`trunner.worker.prog.cpu_s`)."""
+    prog = os.path.join(run, abi.PROG_CGROUP)
+    stat = cgroup.flat_keyed(os.path.join(prog, "cpu.stat"))
+    if stat:  # v2: microseconds
+        return (stat.get(b"usage_usec", 0) * 1000, stat.get(b"user_usec", 0),
+                stat.get(b"system_usec", 0))
+    total = cgroup.read_text(os.path.join(prog, "cpuacct.usage"))
+    if total is None or not total.isdigit():
+        return None
+    split = cgroup.flat_keyed(os.path.join(prog, "cpuacct.stat"))
+    return int(total), split.get(b"user", 0), split.get(b"system", 0)
+
+
+def _prog_peak(run: str) -> int | None:
+    """The most memory the run's `prog` held at once, where the kernel keeps
+    it (v2 `memory.peak` from 5.19; v1 `memory.max_usage_in_bytes`)."""
+    prog = os.path.join(run, abi.PROG_CGROUP)
+    for name in ("memory.peak", "memory.max_usage_in_bytes"):
+        text = cgroup.read_text(os.path.join(prog, name))
+        if text is not None and text.isdigit():
+            return int(text)
+    return None
 
 
 def _pidfd_of(pid: int, start: int) -> int | None:
@@ -610,7 +675,8 @@ class LinuxBackend:
             raise
         stage = (encode_plan(plan), "{report_fd}", "--", *adapter_argv)
         return LinuxJail(Command(argv=(*launch, "helper", *stage), env=env, cwd=jail_dir),
-                         jail_dir, tuple(paths), memory_dir, lease, stage=stage, limits=limits)
+                         jail_dir, tuple(paths), memory_dir, lease, stage=stage, limits=limits,
+                         cpu_cgroup=cpu_dir)
 
     def fork_server(self, mode: str) -> ForkServer:
         """A fork server for a pool of `mode` (`trunner.linux.forkclient`),

@@ -242,21 +242,27 @@ def _number(path: str) -> int:
 
 def _counter(path: str, key: bytes) -> int:
     """The `key VALUE` line of a flat-keyed cgroup file; 0 if unreadable."""
+    return flat_keyed(path).get(key, 0)
+
+
+def flat_keyed(path: str) -> dict[bytes, int]:
+    """A flat-keyed cgroup file's `key VALUE` lines ({} if unreadable)."""
     try:  # os.open, not open(): this runs after every run, on its critical path
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return 0
+        return {}
     try:
         text = os.read(fd, 4096)
     except OSError:
         text = b""
     finally:
         os.close(fd)
+    values = {}
     for line in text.splitlines():
         name, _, value = line.partition(b" ")
-        if name == key and value.strip().isdigit():
-            return int(value)
-    return 0
+        if value.strip().isdigit():
+            values[name] = int(value)
+    return values
 
 
 def bound_memory(path: str, limit: int) -> None:
