@@ -130,4 +130,4 @@ async def test_the_jvm_sizes_its_heap_from_the_runs_memory(runner: Runner) -> No
     host = _java_heap()
     print(f"java MaxHeapSize: {heap / MiB:.0f} MiB jailed, {host / MiB:.0f} MiB on the host")
     assert heap <= 512 * MiB, result.response.stdout
-    assert host > 1024 * MiB, host  # the view made the difference
+    assert host > heap, host  # a quarter of the host's RAM: the view made the difference
