@@ -100,8 +100,10 @@ async def test_four_concurrent_100_mib_processes_count_together(runner: Runner) 
 
 #: Ignores SIGCHLD (the kernel reaps its children, dropping their rusage),
 #: then runs 6 children one after another (a pipe's EOF says one is gone),
-#: each touching 100 MiB and spinning 0.3 s of CPU.
-AUTO_REAPED = """\
+#: each touching 100 MiB and spinning SPIN_S of CPU (0.3 s, `scaled`: on a
+#: slow host the first child's touch alone must not reach cpu_time_s).
+SPIN_S = scaled(0.3)
+AUTO_REAPED = f"SPIN = {SPIN_S}\n" + """\
 import os, signal, time
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)
 for _ in range(6):
@@ -111,7 +113,7 @@ for _ in range(6):
         b = bytearray(100 << 20)
         for i in range(0, len(b), 4096): b[i] = 1
         t = time.process_time()
-        while time.process_time() - t < 0.3: pass
+        while time.process_time() - t < SPIN: pass
         os._exit(0)
     os.close(w)
     os.read(r, 1)
@@ -122,13 +124,13 @@ for _ in range(6):
 async def test_children_the_kernel_reaps_still_count(runner: Runner) -> None:
     """A tree that ignores SIGCHLD: on main it ended exit 0 with 0.004 s
     of CPU and a 9 MB peak under cpu_time_s=1; its cgroup counts it all."""
-    limits = runner.limits.replace(cpu_time_s=1.0, memory_bytes=512 * MiB, processes=16,
+    limits = runner.limits.replace(cpu_time_s=scaled(1.0), memory_bytes=512 * MiB, processes=16,
                                    wall_time_s=scaled(60))
     if not CGROUP:  # documented (docs/figures.md): invisible; wall_time_s bounds them
         usage = (await runner.exec(py(AUTO_REAPED), limits=limits)).usage
         assert usage is not None
         assert usage.cpu_source == "rusage"
-        assert usage.cpu_s < 0.5, usage
+        assert usage.cpu_s < scaled(0.5), usage
         return
     with pytest.raises(RunnerError) as info:
         await runner.exec(py(AUTO_REAPED), limits=limits)
@@ -136,7 +138,7 @@ async def test_children_the_kernel_reaps_still_count(runner: Runner) -> None:
     assert e.reason is Reason.CPU_TIME, (e.reason, e.detail)
     assert e.usage is not None
     assert e.usage.cpu_source == "cgroup"
-    assert e.usage.cpu_s >= 1.0, e.usage
+    assert e.usage.cpu_s >= scaled(1.0), e.usage
     assert e.usage.peak_memory_bytes >= 100 * MiB, e.usage
 
 
@@ -175,10 +177,10 @@ async def test_a_run_modes_figures_are_its_cgroups_from_the_request_on(runner: R
     assert usage is not None
     if not CGROUP:  # documented (docs/figures.md): the adapter's own rusage
         assert (usage.memory_source, usage.cpu_source) == ("max_rss", "rusage")
-        assert usage.cpu_s < 0.9, usage
+        assert usage.cpu_s < scaled(0.9), usage
         return
     assert (usage.memory_source, usage.cpu_source) == ("cgroup", "cgroup")
-    assert usage.cpu_s >= 6 * 0.3, usage
+    assert usage.cpu_s >= 6 * SPIN_S, usage
     assert usage.peak_memory_bytes >= 100 * MiB, usage
 
 
