@@ -527,6 +527,14 @@ int main(int argc, char **argv) {
 """
 
 
+def rules_document(runner: Any, limits: Any = None) -> dict[str, Any]:
+    """What `runner`'s rules version hashes (`JailBackend.rules_document`),
+    as the plain dict the Linux backend returns, for tests to index."""
+    document: dict[str, Any] = runner.backend.rules_document(
+        runner.limits if limits is None else limits)
+    return document
+
+
 def plan_for(limits: Any, host: Any, profile: Any = None, **options: Any) -> Any:
     """`plan_jail` for `profile` (default: the default profile) on this
     host's paths, as the backend plans it."""
@@ -547,6 +555,8 @@ class Unjailed:
 
         self.command = Command(argv=argv, env={}, cwd="/")
         self.jail_dir = "/"
+        self.stage: tuple[str, ...] = ()
+        self.in_process = ""
 
     def spawned(self, pgid: int) -> None:
         pass

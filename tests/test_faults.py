@@ -35,6 +35,7 @@ from support import (
     wait_until,
 )
 from trunner import Limits, Reason, Runner, RunnerError
+from trunner.spawn import ColdSpawner
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -139,10 +140,10 @@ async def test_cancel_at_random_points_leaves_nothing(
     leaders: dict[object, list[int]] = {}
     jail_dirs: dict[object, list[str]] = {}
     from trunner.backend import make_jail_dir as real_make_jail_dir
-    from trunner.spawn import spawn as real_spawn
+    real_spawn = ColdSpawner.spawn
 
-    async def spawn(cmd: Any) -> Any:
-        child = await real_spawn(cmd)
+    async def spawn(self: ColdSpawner, jail: Any) -> Any:
+        child = await real_spawn(self, jail)
         leaders.setdefault(trio.lowlevel.current_task(), []).append(child.pid)
         return child
 
@@ -151,7 +152,7 @@ async def test_cancel_at_random_points_leaves_nothing(
         jail_dirs.setdefault(trio.lowlevel.current_task(), []).append(path)
         return path
 
-    monkeypatch.setattr(trunner.invocation, "spawn", spawn)
+    monkeypatch.setattr(ColdSpawner, "spawn", spawn)
     monkeypatch.setattr(trunner.backend, "make_jail_dir", make_jail_dir)
     problems: list[str] = []
     counts = {"cancelled": 0, "spawned": 0, "jail_dir_made": 0}
@@ -403,11 +404,11 @@ async def test_sigkilled_parent_at_a_random_moment_of_a_busy_loop(
 def _never_spawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     calls: list[Any] = []
 
-    async def spawn(cmd: Any) -> Any:
-        calls.append(cmd)
+    async def spawn(self: Any, jail: Any) -> Any:
+        calls.append(jail)
         raise AssertionError("spawned although the jail dir could not be made")
 
-    monkeypatch.setattr(trunner.invocation, "spawn", spawn)
+    monkeypatch.setattr(ColdSpawner, "spawn", spawn)
     return calls
 
 

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 import trio
 
-from support import VIA_POOL, denied, plan_for, run_code
+from support import VIA_POOL, denied, plan_for, rules_document, run_code
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.cleanup import owner_id
 from trunner.cli import _limits, _limits_args
@@ -73,7 +73,7 @@ def test_auto_is_resolved_when_planned() -> None:
 
 def test_the_rules_version_hashes_the_resolved_number() -> None:
     runner = Runner()
-    document = runner.backend.rules_document(Limits())
+    document = rules_document(runner, Limits())
     assert "auto" not in repr(document)
     resolved = RLIM_INFINITY if CGROUP else AUTO_ADDRESS_SPACE_BYTES
     rlimits = document["plan"]["rlimits"]

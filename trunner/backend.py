@@ -104,7 +104,7 @@ async def remove_jail_dir(path: str) -> bool:
 
 
 async def open_jail(backend: JailBackend, adapter_argv: Sequence[str], limits: Limits,
-                    temp_root: str | None) -> Jail:
+                    temp_root: str | None, in_process: str = "") -> Jail:
     """A jail dir and the backend's jail in it.
 
     Raises:
@@ -113,7 +113,8 @@ async def open_jail(backend: JailBackend, adapter_argv: Sequence[str], limits: L
     backend.settle()  # before the jail dir: its watchdog stays where it starts
     jail_dir = make_jail_dir(temp_root)
     try:
-        return backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits)
+        return backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits,
+                                 in_process=in_process)
     except BaseException:
         await remove_jail_dir(jail_dir)  # the error in flight is the reason
         raise

@@ -25,13 +25,14 @@ from trunner.errors import Reason, RunnerError
 from trunner.jail import Jail  # noqa: TC001  annotates Started
 from trunner.nursery_run import Outcome, supervise
 from trunner.protocol import HEADER_BYTES, ExecResult, Usage, decode_single_frame, encode_frame
-from trunner.spawn import Child, spawn
+from trunner.spawn import Child  # noqa: TC001  annotates Started
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
-    from trunner.jail import Figures, JailBackend, Spawner
+    from trunner.jail import Figures, JailBackend
     from trunner.limits import Limits
+    from trunner.spawn import Spawner
 
 #: Most stderr bytes quoted in a `RunnerError.detail`.
 STDERR_EXCERPT_BYTES: Final = 2000
@@ -76,20 +77,19 @@ class Started:
     """A spawned child in its jail, not yet given its request."""
 
     jail: Jail
-    child: Child
+    child: Child[Jail]
 
 
 async def start(backend: JailBackend, adapter_argv: Sequence[str], limits: Limits,
-                temp_root: str | None, spawner: Spawner | None = None) -> Started:
-    """Open a jail and spawn the helper into it (through `spawner`, a pool's
-    fork server, if given).
+                temp_root: str | None, spawner: Spawner) -> Started:
+    """Open a jail for `spawner` and start its first stage through it.
 
     Raises:
         RunnerError: `spawn_failed`, or the backend's refusal.
     """
-    jail = await open_jail(backend, adapter_argv, limits, temp_root)
+    jail = await open_jail(backend, adapter_argv, limits, temp_root, spawner.in_process)
     try:
-        return Started(jail, await (spawn(jail) if spawner is None else spawner.spawn(jail)))
+        return Started(jail, await spawner.spawn(jail))
     except BaseException:
         await close_jail(jail)
         raise
@@ -201,7 +201,7 @@ def _usage(figures: Figures | None, wall_s: float) -> Usage | None:
 async def invoke(
     backend: JailBackend, adapter_argv: Sequence[str], limits: Limits, temp_root: str | None,
     request: object, caps: Caps, response_type: Any = Any,  # noqa: ANN401  as in judge
-    *, started: Started | None = None, spawner: Spawner | None = None,
+    *, spawner: Spawner, started: Started | None = None,
 ) -> Result[Any]:
     """One invocation: `request` served by `started` (a prewarmed child) or
     by a child started now, judged. Nothing but a `RunnerError` (or the

@@ -12,26 +12,19 @@ until nothing of the run is left (`wait_gone`). Types and protocols only:
 
 from __future__ import annotations
 
-from collections.abc import Mapping  # noqa: TC003  annotates the Command dataclass: kept real
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from trunner.errors import Reason, RunnerError
+from trunner.spawn import Command, Spawnable
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from trunner.limits import Limits
-    from trunner.spawn import Child
+    from trunner.spawn import Spawner
 
-
-@dataclass(frozen=True)
-class Command:
-    """What to start: argv, the complete environment, the working directory."""
-
-    argv: tuple[str, ...]
-    env: Mapping[str, str]
-    cwd: str
+__all__ = ["Command", "Failure", "Figures", "HostSupport", "Jail", "JailBackend", "ProcessLimit"]
 
 
 @dataclass(frozen=True)
@@ -117,22 +110,10 @@ class Failure:
                            signal=self.signal)
 
 
-class Jail(Protocol):
-    """One invocation's jail: its command and the host resources it holds."""
-
-    command: Command
-    #: The host dir the jail's first stage runs in (made by `open_jail`).
-    jail_dir: str
-
-    def spawned(self, pgid: int) -> None:
-        """The command runs as group `pgid`: list it with the watchdog."""
-
-    def killed(self, pgid: int) -> None:
-        """The group was SIGKILLed; its leader is about to be reaped."""
-
-    async def wait_gone(self, pgid: int, report: bytes) -> None:
-        """After the leader's reap: wait, bounded, until no process of the
-        run is left, wherever it went (its group or not)."""
+class Jail(Spawnable, Protocol):
+    """One invocation's jail: how to start it (`Spawnable`: its command,
+    its helper stage, what its pid 2 serves in-process, its dir, made by
+    `open_jail`) and the host resources it holds."""
 
     def oom_kills(self) -> tuple[int, bool]:
         """Processes the kernel killed for the run's memory bounds (0 where
@@ -197,10 +178,13 @@ class JailBackend(Protocol):
         """How the helper execs the adapter of `mode` (`builtin`: a mode of
         trunner's own, which needs no site-packages)."""
 
-    def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits) -> Jail:
-        """Build one invocation's jail. Raises `RunnerError` on refusal."""
+    def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits,
+                  in_process: str = "") -> Jail:
+        """Build one invocation's jail, its pid 2 serving the built-in mode
+        `in_process` without an exec (a fork server's runs; "": none).
+        Raises `RunnerError` on refusal."""
 
-    def rules_document(self, limits: Limits) -> dict[str, Any]:
+    def rules_document(self, limits: Limits) -> Mapping[str, object]:
         """What the effective rules version hashes for runs with `limits`."""
 
     def rules_version(self, limits: Limits) -> str:
@@ -212,22 +196,3 @@ class JailBackend(Protocol):
     def fork_server(self, mode: str) -> Spawner:
         """What a pool of `mode` starts its jails' commands with instead of
         a spawn each: the platform's fork server, started on first use."""
-
-
-class Spawner(Protocol):
-    """Starts jails' first stages; an async context manager that stops what
-    it started at its end (a pool's fork server)."""
-
-    #: Requests that failed because the server died with them.
-    losses: int
-
-    async def spawn(self, jail: Any) -> Child:  # noqa: ANN401  the backend's own Jail
-        """Start `jail`'s first stage as the parent's child, its group listed
-        with the watchdog. Raises `RunnerError`."""
-
-    async def aclose(self) -> object:
-        """Stop what it started; it starts again on the next `spawn`."""
-
-    async def __aenter__(self) -> Spawner: ...
-
-    async def __aexit__(self, *exc: object) -> object: ...

@@ -21,7 +21,7 @@ import trio
 from trunner.errors import Reason
 
 if TYPE_CHECKING:
-    from trunner.jail import Figures
+    from trunner.jail import Figures, Jail
     from trunner.spawn import Child
 
 #: How long the drains may take to reach EOF once the child has exited and
@@ -62,7 +62,7 @@ class Outcome:
 
 
 async def supervise(
-    child: Child,
+    child: Child[Jail],
     request: bytes,
     *,
     deadline: float,

@@ -12,19 +12,21 @@ the same rules give the same version on any host, in any run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import blake3
 import msgspec
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from trunner.jail import JailBackend
     from trunner.limits import Limits
 
 _ENCODER = msgspec.msgpack.Encoder(order="sorted")
 
 
-def digest(document: dict[str, Any]) -> str:
+def digest(document: Mapping[str, object]) -> str:
     """Hex BLAKE3 of `document`'s canonical encoding (msgpack, keys sorted)."""
     return blake3.blake3(_ENCODER.encode(document)).hexdigest()
 

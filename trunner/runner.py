@@ -20,6 +20,7 @@ from trunner.errors import Reason, RunnerError
 from trunner.limits import Limits
 from trunner.modes import check_spec
 from trunner.protocol import ExecFile, ExecResult
+from trunner.spawn import COLD
 from trunner.worker import locate_worker
 from trunner.worker.adapters import BUILTIN_MODES
 
@@ -169,7 +170,7 @@ class Runner:
         limits = self._limits(limits)
         argv = self._adapter_argv(self.resolve_mode(mode))
         return await invocation.invoke(self._backend, argv, limits, self.temp_root, request,
-                                       invocation.Caps.of(limits), response_type)
+                                       invocation.Caps.of(limits), response_type, spawner=COLD)
 
     async def exec(
         self,
@@ -206,7 +207,7 @@ class Runner:
         request, caps = workdir.exec_request(argv, stdin, files, collect, limits, env)
         result: Result[ExecResult] = await invocation.invoke(
             self._backend, self._adapter_argv("exec"), limits, self.temp_root, request,
-            caps, ExecResult)
+            caps, ExecResult, spawner=COLD)
         workdir.check_exec_reply(result.response, limits, request.collect)
         return result
 

@@ -1,13 +1,21 @@
-"""Starting a jail's command and owning its pid until nothing of it is left.
+"""Starting a jail's first stage and owning its leader until nothing of it is left.
 
-Every child is forked from one long-lived thread, so that a parent-death
-signal armed in the child (it follows the forking *thread*) fires only when
-the process dies; trio's own spawn forks from a worker thread it retires
+One interface, `Spawner`, starts every jail: the cold spawner here (a
+fork and exec of the helper each run), a pool's fork server
+(`trunner.linux.forkclient`), and, next, a session's spawner, whose first
+stage joins an existing jail's namespaces instead of making them. Each
+hands back a `Child`, made by `Child.adopt` only once its leader is the
+parent's own unreaped child, in a session and group of its own, listed
+with the watchdog; before that, `abandon` is the one cleanup. Every fork
+here happens on one long-lived thread, so that a parent-death signal
+armed in the child (it follows the forking *thread*) fires only when the
+process dies; trio's own spawn forks from a worker thread it retires
 after idling. The parent keeps a pidfd so it can wait for exit without
 reaping, kill the group while the leader's pid is still held, then reap.
-Besides stdio, the child gets the write end of a report pipe; its number is
-put in argv's helper stage (`{report_fd}`). `Child.aclose()` is the one
-teardown, on every path.
+Besides stdio, the child gets the write end of a report pipe; its number
+is put in argv's helper stage (`{report_fd}`). `Child.aclose()` is the one
+teardown, on every path. What a spawner needs of a jail is `Spawnable`
+(a `trunner.jail.Jail` is one): this module imports no jail type.
 """
 
 from __future__ import annotations
@@ -20,8 +28,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping  # noqa: TC003  annotates the Command dataclass: kept real
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
 
 import outcome
 import trio
@@ -31,16 +40,89 @@ from trunner.errors import Reason, RunnerError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from trunner.jail import Jail
-
 T = TypeVar("T")
 
 #: Pipe buffer asked for on stdout: 1 MiB reads then move a whole pipe at once.
 PIPE_BYTES = 1024 * 1024
 
 
+@dataclass(frozen=True)
+class Command:
+    """What to start: argv, the complete environment, the working directory."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str
+
+
+class Ending(Protocol):
+    """What a `Child` tells its jail at its end."""
+
+    def killed(self, pgid: int) -> None:
+        """The group was SIGKILLed; its leader is about to be reaped."""
+
+    async def wait_gone(self, pgid: int, report: bytes) -> None:
+        """After the leader's reap: wait, bounded, until no process of the
+        run is left."""
+
+
+class Spawnable(Ending, Protocol):
+    """What a spawner needs of a jail (`trunner.jail.Jail` has it all)."""
+
+    #: The cold start: argv (its helper stage holding `{report_fd}`), env, cwd.
+    command: Command
+    #: The host dir the jail's first stage runs in.
+    jail_dir: str
+    #: The helper's own argv (`PLAN {report_fd} -- ADAPTER...`): what a
+    #: fork server's leader runs.
+    stage: tuple[str, ...]
+    #: The built-in mode its pid 2 serves in-process instead of exec'ing
+    #: its adapter ("": none), decided when the jail was opened.
+    in_process: str
+
+    def spawned(self, pgid: int) -> None:
+        """The command runs as group `pgid`: list it with the watchdog."""
+
+
+class Spawner(Protocol):
+    """Starts jails' first stages as the parent's children. An async
+    context manager: at its end it stops what it started (a fork server);
+    it starts again on the next `spawn`."""
+
+    #: The built-in mode its jails' pid 2 serve in-process ("": each execs
+    #: its adapter): what the jail is opened with.
+    in_process: str
+    #: Requests that failed because a server died with them.
+    losses: int
+
+    async def spawn(self, jail: S) -> Child[S]:
+        """Start `jail`'s first stage as the parent's child, its group
+        listed with the watchdog. Raises `RunnerError`."""
+
+    async def aclose(self) -> object:
+        """Stop what it started."""
+
+    async def __aenter__(self) -> Spawner: ...
+
+    async def __aexit__(self, *exc: object) -> object: ...
+
+
+class Pipes(NamedTuple):
+    """The parent's ends of one run's pipes."""
+
+    stdin: int
+    stdout: int
+    stderr: int
+    report: int
+
+
+J = TypeVar("J", bound=Ending, covariant=True)
+E = TypeVar("E", bound=Ending)
+S = TypeVar("S", bound=Spawnable)
+
+
 @dataclass(eq=False)
-class Child:
+class Child(Generic[J]):
     """A spawned process-group leader in its jail, until `aclose()`."""
 
     pid: int
@@ -53,14 +135,23 @@ class Child:
     stderr: trio.lowlevel.FdStream
     #: Read end of the helper's report pipe (non-blocking).
     report_fd: int
-    jail: Jail
-    #: None for a leader the fork server cloned (`trunner.linux.forkclient`).
-    _popen: subprocess.Popen[bytes] | None
+    jail: J
     #: Once closed: the leader's exit code (negative: killed by that
     #: signal) and everything the report pipe carried.
     exit_code: int | None = None
     report: bytes = b""
     _closed: bool = False
+
+    @classmethod
+    def adopt(cls, pid: int, pidfd: int, pipes: Pipes, jail: E, started_us: int) -> Child[E]:
+        """The `Child` of a leader that is the parent's unreaped child, in a
+        session of its own, listed with the watchdog; it owns `pidfd` and
+        `pipes` from now on."""
+        return Child(pid=pid, pidfd=pidfd, started_us=started_us,
+                     stdin=trio.lowlevel.FdStream(pipes.stdin),
+                     stdout=trio.lowlevel.FdStream(pipes.stdout),
+                     stderr=trio.lowlevel.FdStream(pipes.stderr), report_fd=pipes.report,
+                     jail=jail)
 
     async def wait_exit(self) -> None:
         """Wait until the leader exits, without reaping it."""
@@ -89,8 +180,6 @@ class Child:
                 # The leader has exited (its pidfd said so): this does not block.
                 _, status = os.waitpid(self.pid, 0)  # noqa: ASYNC222
                 self.exit_code = os.waitstatus_to_exitcode(status)
-                if self._popen is not None:
-                    self._popen.returncode = self.exit_code
                 os.close(self.pidfd)
                 self.report = _read_all(self.report_fd)
                 await self.jail.wait_gone(self.pid, self.report)
@@ -98,6 +187,26 @@ class Child:
                 os.close(self.report_fd)
                 for stream in (self.stdin, self.stdout, self.stderr):
                     await stream.aclose()
+
+
+async def abandon(pid: int, pidfd: int, listed: Ending | None) -> None:
+    """The one cleanup of a leader that failed before its `Child` existed.
+    It is the parent's unreaped child, so its pid (and a group of that id)
+    is still its own: SIGKILL both, unlist it (`listed`: the jail it was
+    listed with), wait for its exit (by `pidfd`, if any: -1 for none) and
+    reap it. Shielded."""
+    with trio.CancelScope(shield=True):
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(ProcessLookupError):
+                kill(pid, signal.SIGKILL)
+        if listed is not None:
+            listed.killed(pid)
+        if pidfd >= 0:
+            await trio.lowlevel.wait_readable(pidfd)
+            os.close(pidfd)
+        # It has exited (its pidfd said so), or will at once: SIGKILLed, it
+        # has started nothing of the run yet.
+        os.waitpid(pid, 0)  # noqa: ASYNC222
 
 
 def _read_all(fd: int) -> bytes:
@@ -127,74 +236,16 @@ class _SpawnThread:
         self._jobs.put((job, done))
 
 
-_spawner: _SpawnThread | None = None
-_spawner_lock = threading.Lock()
+_thread: _SpawnThread | None = None
+_thread_lock = threading.Lock()
 
 
 def _spawn_thread() -> _SpawnThread:
-    global _spawner
-    with _spawner_lock:
-        if _spawner is None or not _spawner._thread.is_alive():
-            _spawner = _SpawnThread()
-        return _spawner
-
-
-_Fds = tuple[int, int, int, int]
-
-
-def run_pipes() -> list[int]:
-    """A run's four pipes, close-on-exec: stdin, stdout (PIPE_BYTES where
-    allowed), stderr, report (its read end non-blocking), as `in_r, in_w,
-    out_r, out_w, err_r, err_w, rep_r, rep_w`."""
-    fds: list[int] = []
-    try:
-        for _ in range(4):
-            fds.extend(os.pipe2(os.O_CLOEXEC))
-        os.set_blocking(fds[6], False)
-        # Above /proc/sys/fs/pipe-max-size for this user: keep the default.
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(fds[3], fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-    return fds
-
-
-def _popen(jail: Jail) -> tuple[subprocess.Popen[bytes], int, _Fds]:
-    cmd = jail.command
-    fds = run_pipes()
-    try:
-        in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w = fds
-        argv = [arg.replace("{report_fd}", str(rep_w)) for arg in cmd.argv]
-        popen = subprocess.Popen(
-            argv,
-            stdin=in_r,
-            stdout=out_w,
-            stderr=err_w,
-            cwd=cmd.cwd,
-            env=dict(cmd.env),
-            close_fds=True,
-            pass_fds=(rep_w,),
-            start_new_session=True,
-        )
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
-    for fd in (in_r, out_w, err_w, rep_w):
-        os.close(fd)
-    try:
-        jail.spawned(popen.pid)
-        pidfd = os.pidfd_open(popen.pid)
-    except BaseException:
-        os.killpg(popen.pid, signal.SIGKILL)
-        jail.killed(popen.pid)
-        popen.wait()
-        for fd in (in_w, out_r, err_r, rep_r):
-            os.close(fd)
-        raise
-    return popen, pidfd, (in_w, out_r, err_r, rep_r)
+    global _thread
+    with _thread_lock:
+        if _thread is None or not _thread._thread.is_alive():
+            _thread = _SpawnThread()
+        return _thread
 
 
 async def on_spawn_thread(job: Callable[[], T]) -> T:
@@ -214,28 +265,126 @@ async def on_spawn_thread(job: Callable[[], T]) -> T:
     return box[0].unwrap()
 
 
-async def spawn(jail: Jail) -> Child:
-    """Start the jail's command as the leader of a new session and group.
+class RunPipes:
+    """A run's four pipes, close-on-exec (stdout PIPE_BYTES where allowed,
+    the report's read end non-blocking), built under an ExitStack as trio's
+    own spawn does: `theirs` are the child's ends, closed once it has them
+    (`close_theirs`); `take()` hands ours to a `Child`; on an error, whatever
+    is still held is closed."""
 
-    Raises:
-        RunnerError: `spawn_failed`, naming the errno.
-    """
-    started_us = time.monotonic_ns() // 1000
-    try:
-        popen, pidfd, (in_w, out_r, err_r, rep_r) = await on_spawn_thread(lambda: _popen(jail))
-    except OSError as e:
-        raise RunnerError(
-            Reason.SPAWN_FAILED,
-            f"cannot start {jail.command.argv[0]}: {e.strerror} (errno {e.errno})",
-        ) from None
-    return Child(
-        pid=popen.pid,
-        started_us=started_us,
-        pidfd=pidfd,
-        stdin=trio.lowlevel.FdStream(in_w),
-        stdout=trio.lowlevel.FdStream(out_r),
-        stderr=trio.lowlevel.FdStream(err_r),
-        report_fd=rep_r,
-        jail=jail,
-        _popen=popen,
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        ours: list[int] = []
+        theirs: list[int] = []
+        try:
+            for i in range(4):
+                r, w = os.pipe2(os.O_CLOEXEC)
+                self._stack.callback(_close_quietly, r)
+                self._stack.callback(_close_quietly, w)
+                ours.append(w if i == 0 else r)
+                theirs.append(r if i == 0 else w)
+            os.set_blocking(ours[3], False)
+            # Above /proc/sys/fs/pipe-max-size for this user: keep the default.
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(theirs[1], fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except BaseException:
+            self._stack.close()
+            raise
+        self.ours = Pipes(*ours)
+        #: stdin's read end, stdout's and stderr's write ends, the report's write end.
+        self.theirs = Pipes(*theirs)
+
+    def __enter__(self) -> RunPipes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def close_theirs(self) -> None:
+        for fd in self.theirs:
+            _close_quietly(fd)
+        self.theirs = Pipes(-1, -1, -1, -1)
+
+    def take(self) -> Pipes:
+        """Ours, now the caller's to close; nothing is closed at exit."""
+        self._stack.pop_all()
+        self.close_theirs()
+        return self.ours
+
+
+def _close_quietly(fd: int) -> None:
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class ColdSpawner:
+    """The cold spawner: a fork and exec of the jail's command each run."""
+
+    in_process = ""
+    losses = 0
+
+    async def spawn(self, jail: S) -> Child[S]:
+        """Start the jail's command as the leader of a new session and group.
+
+        Raises:
+            RunnerError: `spawn_failed`, naming the errno.
+        """
+        started_us = time.monotonic_ns() // 1000
+        try:
+            with RunPipes() as pipes:
+                theirs = pipes.theirs
+                pid = await on_spawn_thread(lambda: _popen(jail.command, theirs))
+                pipes.close_theirs()
+                pidfd, listed = -1, False
+                try:
+                    jail.spawned(pid)
+                    listed = True
+                    pidfd = os.pidfd_open(pid)
+                except BaseException:
+                    await abandon(pid, pidfd, jail if listed else None)
+                    raise
+                return Child.adopt(pid, pidfd, pipes.take(), jail, started_us)
+        except OSError as e:
+            raise RunnerError(
+                Reason.SPAWN_FAILED,
+                f"cannot start {jail.command.argv[0]}: {e.strerror} (errno {e.errno})",
+            ) from None
+
+    async def aclose(self) -> None:
+        pass
+
+    async def __aenter__(self) -> ColdSpawner:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+
+#: The one cold spawner (it holds nothing).
+COLD = ColdSpawner()
+
+
+async def spawn(jail: S) -> Child[S]:
+    """`COLD.spawn(jail)`."""
+    return await COLD.spawn(jail)
+
+
+def _popen(cmd: Command, theirs: Pipes) -> int:
+    """On the spawn thread: `cmd` as our child, the leader of a new session."""
+    argv = [arg.replace("{report_fd}", str(theirs.report)) for arg in cmd.argv]
+    popen = subprocess.Popen(
+        argv,
+        stdin=theirs.stdin,
+        stdout=theirs.stdout,
+        stderr=theirs.stderr,
+        cwd=cmd.cwd,
+        env=dict(cmd.env),
+        close_fds=True,
+        pass_fds=(theirs.report,),
+        start_new_session=True,
     )
+    # `Child.aclose` reaps the leader by its pid. A Popen never waited on
+    # would reap it behind our back once collected: it is marked done.
+    popen.returncode = 0
+    return popen.pid

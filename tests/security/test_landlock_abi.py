@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from conftest import landlock_abi_in_force, make_runner
-from support import run_code
+from support import rules_document, run_code
 from trunner import Limits, Runner
 from trunner.linux.backend import LinuxBackend
 from trunner.linux.landlock import FEATURES, KNOWN_ABI, features_for_abi
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 def test_the_abi_in_force_is_the_one_hashed(runner: Runner) -> None:
     """The rules version records the ABI used: a capped jail has its own version."""
     abi = landlock_abi_in_force()
-    doc = runner.backend.rules_document(runner.limits)
+    doc = rules_document(runner)
     ruleset = doc["plan"]["landlock"]
     assert ruleset["abi"] == abi
     features = features_for_abi(abi)

@@ -19,7 +19,7 @@ import trio
 from test_filesystem import HOLD, _ready_jails, while_held
 
 from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
-from support import run_code, scaled, wait_until
+from support import rules_document, run_code, scaled, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.linux import landlock, sockets
 from trunner.linux.backend import LinuxBackend
@@ -297,7 +297,7 @@ async def test_socket_planted_in_an_import_path_is_masked(
     with _serve_unix(stream_path) as stream, \
             _serve_unix(dgram_path, socket.SOCK_DGRAM) as dgram:
         runner = make_runner(import_paths=[TESTS_DIR, str(planted)], temp_root=str(jail_root))
-        ops = runner.backend.rules_document(runner.limits)["plan"]["root_ops"]
+        ops = rules_document(runner)["plan"]["root_ops"]
         masked = sorted(op["path"] for op in ops if op["op"] == "mask_socket")
         assert masked == [stream_path, dgram_path]
         result = await run_code(runner, f"""

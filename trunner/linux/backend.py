@@ -105,8 +105,9 @@ class LinuxJail:
     #: The helper's own argv (`PLAN {report_fd} -- ADAPTER...`): what the
     #: fork server's leader runs (`trunner.linux.forkserver`).
     stage: tuple[str, ...] = ()
-    #: Served in-process by a fork server's pid 2: a reply needs its ready note.
-    expects_ready: bool = False
+    #: The built-in mode a fork server's pid 2 serves in-process ("": it
+    #: execs its adapter): a reply then needs its ready note.
+    in_process: str = ""
     #: A pidfd of the jail's pid 1 when it outlived `wait_gone`'s bound: the
     #: host id is given back only once it has exited.
     init_pidfd: int | None = None
@@ -254,7 +255,7 @@ class LinuxJail:
             reason = (Reason.PROCESS_COUNT if exit_code == abi.PROCESS_COUNT_EXIT
                       else Reason.SANDBOX_SETUP)
             return Failure(reason, refusal, exit_status=exit_code if exit_code >= 0 else None)
-        if self.expects_ready and exit_code == 0 and abi.READY_NOTE not in notes:
+        if self.in_process and exit_code == 0 and abi.READY_NOTE not in notes:
             return Failure(Reason.SANDBOX_SETUP, "the jail's pid 2 exited 0 without saying it"
                            " was confined and ready", exit_status=0)
         if exit_code >= 0:
@@ -626,7 +627,7 @@ class LinuxBackend:
                        view_cgroups=view_dirs)
 
     def open_jail(
-        self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits
+        self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits, in_process: str = ""
     ) -> LinuxJail:
         self.check()
         launch = self.helper_launch()
@@ -676,7 +677,7 @@ class LinuxBackend:
         stage = (encode_plan(plan), "{report_fd}", "--", *adapter_argv)
         return LinuxJail(Command(argv=(*launch, "helper", *stage), env=env, cwd=jail_dir),
                          jail_dir, tuple(paths), memory_dir, lease, stage=stage, limits=limits,
-                         cpu_cgroup=cpu_dir)
+                         cpu_cgroup=cpu_dir, in_process=in_process)
 
     def fork_server(self, mode: str) -> ForkServer:
         """A fork server for a pool of `mode` (`trunner.linux.forkclient`),

@@ -44,15 +44,13 @@ import trio
 
 from trunner.errors import Reason, RunnerError
 from trunner.linux import watchdog
-from trunner.linux.forkserver import RUN_FDS
 from trunner.linux.kernel import abi
-from trunner.spawn import Child, on_spawn_thread, run_pipes
-from trunner.worker.adapters import BUILTIN_MODES
+from trunner.spawn import Child, RunPipes, S, abandon, on_spawn_thread
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from trunner.linux.backend import LinuxJail
+    from trunner.spawn import Spawnable
 
 #: How long the server's answer and the leader's `S` may take.
 REPLY_BOUND_S = 10.0
@@ -88,7 +86,7 @@ class ForkServer:
         self._launch = tuple(launch)
         self._env = dict(env)
         #: A built-in mode is served in the run's pid 2 without an exec.
-        self._in_process = mode if mode in BUILTIN_MODES else ""
+        self.in_process = mode if mode in abi.BUILTIN_MODES else ""
         self._server: _Server | None = None
         self._lock = trio.Lock()
         #: Servers started (the first one included).
@@ -121,15 +119,14 @@ class ForkServer:
                 said = self._said = await _stop(server)
         return said
 
-    async def spawn(self, jail: LinuxJail) -> Child:
+    async def spawn(self, jail: S) -> Child[S]:
         """Start `jail`'s leader through the server (see the module's steps).
 
         Raises:
             RunnerError: `sandbox_setup` (refused), `spawn_failed`.
         """
-        jail.expects_ready = bool(self._in_process)
         stage = [arg.replace("{report_fd}", str(abi.REPORT_FD)) for arg in jail.stage]
-        message = marshal.dumps((stage, self._in_process))
+        message = marshal.dumps((stage, jail.in_process))
         link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with trio.CancelScope(shield=True):
             try:
@@ -146,40 +143,30 @@ class ForkServer:
                 link.close()
         return child
 
-    async def _spawn(self, jail: LinuxJail, message: bytes, link: socket.socket,
-                     theirs: socket.socket) -> Child:
+    async def _spawn(self, jail: S, message: bytes, link: socket.socket,
+                     theirs: socket.socket) -> Child[S]:
         started_us = time.monotonic_ns() // 1000
-        fds = run_pipes()
-        in_r, in_w, out_r, out_w, err_r, err_w, rep_r, rep_w = fds
-        ours: list[int] = [in_w, out_r, err_r, rep_r]
-        try:
+        with RunPipes() as pipes, contextlib.ExitStack() as sent:
+            sent.callback(theirs.close)
             jail_dir = os.open(jail.jail_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            sent.callback(os.close, jail_dir)
+            fds = [*pipes.theirs, theirs.fileno(), jail_dir]
+            assert len(fds) == abi.RUN_FDS
             unanswered = False
             try:
-                sent = [in_r, out_w, err_w, rep_w, theirs.fileno(), jail_dir]
-                assert len(sent) == RUN_FDS
-                try:
-                    async with self._lock:
-                        pid = await self._request(message, sent)
-                except (RunnerError, trio.Cancelled) as e:
-                    unanswered = isinstance(e, trio.Cancelled) or e.reason is Reason.SPAWN_FAILED
-                    raise
+                async with self._lock:
+                    pid = await self._request(message, fds)
+            except (RunnerError, trio.Cancelled) as e:
+                unanswered = isinstance(e, trio.Cancelled) or e.reason is Reason.SPAWN_FAILED
+                raise
             finally:
-                for fd in (in_r, out_w, err_w, rep_w, jail_dir):
-                    os.close(fd)
-                theirs.close()
+                sent.close()  # the server has its copies, or will never use them
+                pipes.close_theirs()
                 if unanswered:  # the server is gone, or is stopped now (it may
                     await self.aclose()  # answer late: never to the next run)
                     self.strays += await _reap_stray(link)
             pidfd = await _hold(pid, link, jail)
-        except BaseException:
-            for fd in ours:
-                os.close(fd)
-            raise
-        return Child(pid=pid, pidfd=pidfd, started_us=started_us,
-                     stdin=trio.lowlevel.FdStream(in_w), stdout=trio.lowlevel.FdStream(out_r),
-                     stderr=trio.lowlevel.FdStream(err_r), report_fd=rep_r, jail=jail,
-                     _popen=None)
+            return Child.adopt(pid, pidfd, pipes.take(), jail, started_us)
 
     async def _request(self, message: bytes, fds: list[int]) -> int:
         """One message on the channel, one answer: the leader's pid."""
@@ -201,9 +188,9 @@ class ForkServer:
             raise RunnerError(Reason.SPAWN_FAILED, f"the fork server {said} before it started"
                               " the run; the next run starts a new one")
         word, _, rest = answer.partition(b" ")
-        if word == b"ok" and rest.isdigit():
+        if word == abi.SERVER_OK and rest.isdigit():
             return int(rest)
-        if word == b"refused":
+        if word == abi.SERVER_REFUSED:
             raise RunnerError(Reason.SANDBOX_SETUP,
                               f"fork server: {rest.decode(errors='replace')}")
         await self.aclose()
@@ -241,7 +228,7 @@ class ForkServer:
         return _Server(popen, pidfd, control, err_r)
 
 
-async def _hold(pid: int, link: socket.socket, jail: LinuxJail) -> int:
+async def _hold(pid: int, link: socket.socket, jail: Spawnable) -> int:
     """Steps 3-6 of the module's docstring: a pidfd of the leader."""
     listed = False
     pidfd = -1
@@ -252,23 +239,16 @@ async def _hold(pid: int, link: socket.socket, jail: LinuxJail) -> int:
         pidfd = os.pidfd_open(pid)
         link.setblocking(False)
         await trio.lowlevel.wait_readable(link)
-        if link.recv(32) != b"S%d" % pid:
+        if link.recv(32) != abi.LEADER_IN_SESSION + b"%d" % pid:
             raise RunnerError(Reason.SPAWN_FAILED, "the run's leader exited before its session"
                               " was made")
         jail.spawned(pid)
         listed = True
-        link.send(b"G")
+        link.send(abi.LEADER_GO)
         return pidfd
     except BaseException:
-        if pidfd >= 0:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)  # our unreaped child: the pid is its
-            if listed:
-                jail.killed(pid)
-            with trio.CancelScope(shield=True):
-                await trio.lowlevel.wait_readable(pidfd)
-            os.waitpid(pid, 0)  # noqa: ASYNC222  it has exited (its pidfd said so)
-            os.close(pidfd)
+        if pidfd >= 0:  # our unreaped child: the pid is its
+            await abandon(pid, pidfd, jail if listed else None)
         raise
 
 
@@ -281,10 +261,10 @@ async def _reap_stray(link: socket.socket) -> bool:
     with trio.CancelScope(shield=True), trio.move_on_after(REPLY_BOUND_S):
         await trio.lowlevel.wait_readable(link)
         said = link.recv(32)
-        if said[:1] == b"S" and said[1:].isdigit() and _parent_of(pid := int(said[1:])) == (
+        mark = abi.LEADER_IN_SESSION
+        if said[:1] == mark and said[1:].isdigit() and _parent_of(pid := int(said[1:])) == (
                 os.getpid()):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)  # noqa: ASYNC222  a few ms: it has forked nothing
+            await abandon(pid, -1, None)
             return True
     return False
 

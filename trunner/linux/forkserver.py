@@ -16,7 +16,7 @@ collections do not copy its pages.
 Each message is one run: the marshal of `(STAGE, MODE)`, STAGE the helper's
 own argv (`PLAN 3 -- ADAPTER...`, as `trunner.linux.helper` reads it) and
 MODE a built-in mode to serve in pid 2 without an exec (or ""), with
-exactly `RUN_FDS` descriptors: the run's stdin, stdout, stderr, report pipe,
+exactly `abi.RUN_FDS` descriptors: the run's stdin, stdout, stderr, report pipe,
 its link (a socketpair to the parent) and its jail dir. The server checks
 the shape only, forks the run's leader as the parent's child
 (`clone_parent`), closes its copies and answers `ok PID`, or `refused WHY`
@@ -48,8 +48,6 @@ TYPE_CHECKING = False  # not from typing (see helper.py)
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-#: Descriptors a run message carries, in order.
-RUN_FDS = 6
 #: The largest message the server reads (a plan is a few KiB).
 MAX_MESSAGE = 1 << 20
 #: Where the leader parks the run's descriptors before moving them to 0-3.
@@ -86,11 +84,11 @@ def main(argv: "list[str]") -> "NoReturn":
             pid = clone_parent()
             if pid == 0:
                 _lead(control, fds, stage, mode)
-            reply = b"ok %d" % pid
+            reply = abi.SERVER_OK + b" %d" % pid
         except Refused as e:
-            reply = b"refused " + str(e).encode(errors="replace")[:2000]
+            reply = abi.SERVER_REFUSED + b" " + str(e).encode(errors="replace")[:2000]
         except OSError as e:
-            reply = b"refused fork: " + (e.strerror or "").encode()
+            reply = abi.SERVER_REFUSED + b" fork: " + (e.strerror or "").encode()
         finally:
             for received in fds:
                 posix.close(received)
@@ -103,7 +101,7 @@ def main(argv: "list[str]") -> "NoReturn":
 def _receive(control: "_socket.socket") -> "tuple[bytes, list[int], int]":
     """One message, the descriptors it carried (close-on-exec), its flags."""
     data, ancillary, flags, _ = control.recvmsg(
-        MAX_MESSAGE, _socket.CMSG_SPACE((RUN_FDS + 1) * 4), _socket.MSG_CMSG_CLOEXEC)
+        MAX_MESSAGE, _socket.CMSG_SPACE((abi.RUN_FDS + 1) * 4), _socket.MSG_CMSG_CLOEXEC)
     fds: list[int] = []
     for level, kind, payload in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
@@ -115,15 +113,15 @@ def _receive(control: "_socket.socket") -> "tuple[bytes, list[int], int]":
 def _check(data: bytes, fds: "list[int]", flags: int) -> "tuple[list[str], str]":
     if flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
         raise Refused("message truncated")
-    if len(fds) != RUN_FDS:
-        raise Refused(f"expected {RUN_FDS} descriptors, got {len(fds)}")
+    if len(fds) != abi.RUN_FDS:
+        raise Refused(f"expected {abi.RUN_FDS} descriptors, got {len(fds)}")
     try:
         stage, mode = marshal.loads(data)
     except (ValueError, EOFError, TypeError) as e:
         raise Refused(f"not a run message ({type(e).__name__})") from None
     if type(stage) is not list or not all(type(arg) is str for arg in stage):
         raise Refused("the helper's argv is not a list of str")
-    if mode not in ("", *adapters.BUILTIN_MODES):
+    if mode not in ("", *abi.BUILTIN_MODES):
         raise Refused(f"no built-in mode {mode!r}")
     return stage, mode
 
@@ -134,13 +132,13 @@ def _lead(control: "_socket.socket", fds: "list[int]", stage: "list[str]",
     try:
         posix.setsid()
         posix.close(control.detach())
-        parked = [_PARKED + i for i in range(RUN_FDS)]
+        parked = [_PARKED + i for i in range(abi.RUN_FDS)]
         for fd, to in zip(fds, parked, strict=True):
             posix.dup2(fd, to, inheritable=False)
             posix.close(fd)
         link = parked[4]
-        posix.write(link, b"S%d" % posix.getpid())
-        if posix.read(link, 1) != b"G":
+        posix.write(link, abi.LEADER_IN_SESSION + b"%d" % posix.getpid())
+        if posix.read(link, 1) != abi.LEADER_GO:
             posix._exit(abi.SANDBOX_SETUP_EXIT)  # the parent is gone
         for to, fd in enumerate(parked[:4]):
             posix.dup2(fd, to)

@@ -20,6 +20,7 @@ the frame, it is no wall (a user mode writes its own reply anyway).
 import posix
 import sys
 
+from trunner.linux.kernel.abi import BUILTIN_MODES
 from trunner.worker import prog
 from trunner.worker.wire import HEADER_BYTES, frame, unpack
 
@@ -27,7 +28,7 @@ TYPE_CHECKING = False  # not from typing: importing it costs the adapter ~5 ms
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-BUILTIN_MODES = ("echo", "exec")
+__all__ = ["BUILTIN_MODES", "serve"]
 
 #: Where the reply frame goes: fd 1, or where a user mode moved it.
 _reply_fd = 1

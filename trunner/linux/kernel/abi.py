@@ -73,6 +73,23 @@ USAGE_NOTE = b"usage"
 #: exec that closes the pipe on the cold path does not happen there).
 READY_NOTE = b"ready"
 
+# -- the fork server's grammar (`trunner.linux.forkserver`, `forkclient`) ------
+
+#: A run message carries the marshal of `(STAGE, MODE)` and exactly these
+#: descriptors, in order: the run's stdin, stdout, stderr, report pipe, its
+#: link to the parent, its jail dir.
+RUN_FDS = 6
+#: Modes built into the worker (`trunner.worker.adapters`): the MODE a fork
+#: server's pid 2 may serve in-process.
+BUILTIN_MODES = ("echo", "exec")
+#: The server's answers: `ok PID`, or `refused WHY` with nothing forked.
+SERVER_OK = b"ok"
+SERVER_REFUSED = b"refused"
+#: On the link: the leader's `S` and its pid, once in a session of its own;
+#: the parent's `G` once it holds it (EOF: the parent is gone).
+LEADER_IN_SESSION = b"S"
+LEADER_GO = b"G"
+
 # -- kernel numbers --------------------------------------------------------------
 
 SIGINT, SIGKILL, SIGPIPE, SIGXCPU, SIGXFSZ, SIGSYS = 2, 9, 13, 24, 25, 31
