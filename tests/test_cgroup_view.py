@@ -116,12 +116,12 @@ def _java_heap() -> int:
 @pytest.mark.skipif(shutil.which("java") is None, reason="java is not installed")
 async def test_the_jvm_sizes_its_heap_from_the_runs_memory(runner: Runner) -> None:
     if not VIEWS:
-        pytest.skip("this caller's runs have no cgroup to show (docs/figures.md: pass"
+        pytest.skip("this caller's runs have no cgroup to show (docs/api.md, memory_bytes: pass"
                     " -XX:MaxRAM= in env)")
     if not JVM_VIEW:
         pytest.skip("the JVM needs memory, cpu, cpuacct and cpuset cgroups of the run's own on"
                     " cgroup v1; this host's runs have " + ", ".join(o for _, o in VIEWS)
-                    + " (docs/figures.md: pass -XX:MaxRAM= in env)")
+                    + " (docs/api.md, memory_bytes: pass -XX:MaxRAM= in env)")
     limits = runner.limits.replace(memory_bytes=1024 * MiB, processes=128,
                                    wall_time_s=scaled(60))
     result = await runner.exec(

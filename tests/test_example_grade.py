@@ -1,4 +1,4 @@
-"""examples/grade.py, run as the README says, end to end."""
+"""examples/grade.py, run as docs/grading.md says, end to end."""
 
 from __future__ import annotations
 

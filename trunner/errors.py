@@ -1,7 +1,8 @@
 """The one error type of trunner and its machine-readable reasons.
 
 Pure: imports nothing from trunner and nothing heavy. `Reason` values are API
-(callers match on them, the README lists them); the text is for people.
+(callers match on them; the README names them, docs/api.md explains each);
+the text is for people.
 A `RunnerError` never carries the child's stdout: no partial result, ever.
 """
 
