@@ -1,6 +1,6 @@
 """hatch_build.py, the build hook of a source install, run on a copy of the
 C sources: what it builds, and the one line it ends with where something is
-missing (the compiler, the interpreter's headers)."""
+missing (the compiler, musl-gcc, the interpreter's headers)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 KERNEL = "trunner/linux/kernel"
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler here")
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("musl-gcc") is None,
+                                reason="no C compiler or no musl-gcc (scripts/setup installs both)")
 
 
 @pytest.fixture
@@ -26,6 +27,7 @@ def hook(monkeypatch: pytest.MonkeyPatch) -> Any:
     sys.path.insert(0, str(REPO))
     monkeypatch.delenv("TRUNNER_WERROR", raising=False)
     monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("MUSL_CC", raising=False)
     try:
         import hatch_build
     finally:
@@ -56,7 +58,7 @@ def section_types(elf: bytes) -> set[int]:
 
 def source_tree(tmp_path: Path) -> Path:
     (tmp_path / KERNEL).mkdir(parents=True)
-    for name in ("_kernel.c", "waiter.c", "nolibc.h", "abi.py"):
+    for name in ("_kernel.c", "waiter.c", "abi.py"):
         shutil.copy(REPO / KERNEL / name, tmp_path / KERNEL / name)
     return tmp_path
 
@@ -88,10 +90,11 @@ def test_it_builds_the_abi3_extension_and_the_static_waiter(hook: Any, tmp_path:
     assert waiter.stat().st_mode & stat.S_IXUSR
     elf = waiter.read_bytes()
     assert program_header_types(elf).isdisjoint({PT_INTERP, PT_DYNAMIC})
-    # No C library, linked or loaded: no dynamic symbols (imports), no
-    # relocations to apply at start-up, a few pages of its own code.
+    # Static musl, nothing loaded: no dynamic symbols (imports), no
+    # relocations to apply at start-up, a few pages (most of the file is
+    # the padding between its code, read-only and writable segments).
     assert section_types(elf).isdisjoint({SHT_DYNSYM, SHT_DYNAMIC, SHT_RELA, SHT_REL})
-    assert len(elf) < 16 * 1024
+    assert len(elf) < 32 * 1024
     assert set(data["force_include"].values()) == {f"{KERNEL}/_kernel.abi3.so",
                                                    f"{KERNEL}/trunner-waiter"}
 
@@ -117,14 +120,22 @@ def test_missing_headers_are_one_line(hook: Any, tmp_path: Path,
                        "Fedora and RHEL)")
 
 
-def test_the_waiter_needs_no_c_library(hook: Any, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    # A compiler with no static C library (no libc.a: any other static link
-    # fails) and no headers for a -nostdlib build: the waiter builds all the
-    # same, from nolibc.h alone.
+def test_a_missing_musl_gcc_is_one_line(hook: Any, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSL_CC", "no-such-musl-gcc")
+    root = source_tree(tmp_path)
+    message = fails(hook, root)
+    assert message.startswith("trunner-sandbox: no musl-gcc ('no-such-musl-gcc' not found)")
+    assert "install musl-tools" in message
+    assert not (root / KERNEL / "_kernel.abi3.so").exists()  # refused before any compile
+
+
+def test_the_waiter_needs_no_static_system_c_library(hook: Any, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # A compiler with no static C library of the system's (no glibc libc.a:
+    # any static link fails): the waiter builds all the same, on musl's.
     cc = tmp_path / "cc-without-libc-a"
-    cc.write_text('#!/bin/sh\nfor a; do [ "$a" = -nostdlib ] && exec cc -nostdinc "$@"; done\n'
-                  'for a; do [ "$a" = -static ] && '
+    cc.write_text('#!/bin/sh\nfor a; do [ "$a" = -static ] && '
                   '{ echo "ld: cannot find -lc" >&2; exit 1; }; done\nexec cc "$@"\n')
     cc.chmod(0o755)
     monkeypatch.setenv("CC", str(cc))

@@ -32,7 +32,7 @@ from trunner.rules import digest, effective_rules_version
 #: cgroups for the view, no import paths;
 #: address_space_bytes "auto" resolved to no RLIMIT_AS).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "ec3d4d5a3bb27e9616d602a7da79886cbc4f8903f2f37ef9d4b723d006d2a81b"
+GOLDEN_DEFAULT = "c9b7f0d3fcec1777b5f9a3557629cfc59715d4310cc966df18614e0484e99f56"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:

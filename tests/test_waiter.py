@@ -1,9 +1,10 @@
 """trunner-waiter (trunner/linux/waiter.c), what the helper and the jail's
 pid 1 exec once pid 2 is forked, run here outside any jail: the helper form
 forwards the end pid 1 reports (an exit code, or a death by that signal),
-kills and reaps its child every time, and refuses an argv it does not know.
-The jailed paths (pid 1's `init` form, the SIGSYS note) run in test_faults,
-tests/security and every run."""
+kills and reaps its child every time, and refuses an argv it does not know;
+each form calls nothing outside the waiters' seccomp allow-list (static
+musl's start-up included). The jailed paths (pid 1's `init` form, the
+SIGSYS note) run in test_faults, tests/security and every run."""
 
 import os
 import signal
@@ -19,7 +20,8 @@ from trunner.linux.helper import SANDBOX_SETUP_EXIT
 from trunner.linux.kernel.install import WAITER
 
 # Forks a child that sleeps (the waiter's "pid 1"), writes LINE on a pipe,
-# then execs the waiter in its place, as the helper does.
+# then execs the waiter in its place, as the helper does: from a descriptor
+# (execveat), under STRICT's filter if argv[3] is "strict".
 BECOME_WAITER = r"""
 import os, sys
 line = sys.argv[1].encode()
@@ -38,14 +40,34 @@ os.set_inheritable(r, True)
 os.set_inheritable(proc, True)
 os.set_inheritable(report_w, True)
 waiter = sys.argv[2]
-os.execv(waiter, [waiter, str(r), str(child), str(proc), str(report_w), "--", "echo"])
+fd = os.open(waiter, os.O_PATH | os.O_CLOEXEC)
+argv = [waiter, str(r), str(child), str(proc), str(report_w), "--", "echo"]
+if sys.argv[3] == "strict":
+    exec(STRICT)
+os.execve(fd, argv, os.environ)
+"""
+# The waiters' allow-list (seccomp's `waiter_rules`) with a kill, not ENOSYS,
+# for any other call: a waiter that calls one dies of SIGSYS. Python's last
+# steps before the exec call only what the helper's do under the real filter.
+REPO = str(Path(__file__).resolve().parents[1])
+STRICT = rf"""
+import pyseccomp as sc
+sys.path.insert(0, {REPO!r})
+from trunner.linux.seccomp.compile import waiter_rules
+strict = sc.SyscallFilter(sc.KILL_PROCESS)
+for rule in waiter_rules():
+    strict.add_rule(sc.ALLOW, rule.syscall,
+                    *(sc.Arg(a.index, sc.MASKED_EQ, a.mask, a.value) for a in rule.args))
+strict.load()
 """
 
 
-def become_waiter(line: str) -> tuple[int, int]:
+def become_waiter(line: str, *, strict: bool = False) -> tuple[int, int]:
     """(the waiter's exit status as returncode, its child's pid)."""
-    done = subprocess.run([sys.executable, "-c", BECOME_WAITER, line, WAITER],
+    code = f"STRICT = {STRICT!r}\n{BECOME_WAITER}"
+    done = subprocess.run([sys.executable, "-c", code, line, WAITER, "strict" if strict else ""],
                           capture_output=True, text=True, timeout=scaled(30))
+    assert "Traceback" not in done.stderr, done.stderr
     return done.returncode, int(done.stdout.split()[0])
 
 
@@ -57,18 +79,45 @@ def gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.parametrize(("line", "returncode"), [
+ENDS = [
     ("1 0", 0),                         # pid 2 exited 0
     ("1 7", 7),                         # pid 2 exited 7
+    ("1 0 5 6 7", 0),                   # ... with its usage (written on the report pipe)
     ("2 15", -signal.SIGTERM),          # killed by SIGTERM: the waiter dies of it too
     ("3 6", -signal.SIGABRT),           # dumped core on SIGABRT
+    ("2 13", -signal.SIGPIPE),          # SIGPIPE, which the exec left ignored (Python's)
     ("", -signal.SIGKILL),              # pid 1 died first: its own end (SIGKILLed) counts
     ("x y", -signal.SIGKILL),           # not pid 1's line: likewise
-])
+]
+
+
+@pytest.mark.parametrize(("line", "returncode"), ENDS)
 def test_forwards_pid_2s_end_and_reaps_its_child(line: str, returncode: int) -> None:
     code, child = become_waiter(line)
     assert code == returncode
     assert gone(child)  # killed and reaped: nothing outlives the waiter
+
+
+@pytest.mark.parametrize(("line", "returncode"), ENDS)
+def test_calls_nothing_outside_the_waiters_filter(line: str, returncode: int) -> None:
+    """Under the waiters' allow-list with a kill for anything else, each end
+    is forwarded as without it: musl's start-up and every call waiter.c
+    makes on that path are on the list (under the real filter, one that is
+    not would fail ENOSYS, and musl's start-up would crash on it)."""
+    code, child = become_waiter(line, strict=True)
+    assert code == returncode
+    assert gone(child)
+
+
+@pytest.mark.parametrize("argv", [[], ["init"]])
+def test_init_and_a_refusal_call_nothing_outside_the_waiters_filter(argv: list[str]) -> None:
+    """`init` with no child (waitid: ECHILD, exit 1) and a refused argv
+    (exit 121), under the strict allow-list: start-up, pipe2, waitid, exit."""
+    code = (f"import os, sys\n{STRICT}\n"
+            "os.execve(os.open(sys.argv[1], os.O_PATH), sys.argv[1:], {})")
+    done = subprocess.run([sys.executable, "-c", code, WAITER, *argv],
+                          capture_output=True, text=True, timeout=scaled(30))
+    assert done.returncode == (1 if argv else SANDBOX_SETUP_EXIT), done.stderr
 
 
 def test_refuses_an_argv_it_does_not_know() -> None:

@@ -30,15 +30,23 @@
  * It kills pid 1 (the kernel kills, and pid 1 reaps, whatever is left in
  * the namespace), reaps it, and leaves with pid 2's exit code, or writes
  * JAIL_PID_NOTE and pid 2's host pid after a SIGSYS and dies of pid 2's
- * signal. No allocation, no stdio: only the system calls the jail's filter
- * allows a jailed process. No C library either (nolibc.h: its own _start and
- * raw system calls, built -nostdlib): a static glibc's start-up alone costs
- * ~0.6 ms more an exec, twice a run.
+ * signal. No allocation, no stdio: only the system calls the waiters'
+ * filter allows (seccomp's WAITER_SYSCALLS). Its C library is static musl
+ * (musl-gcc -static, at build only: the wheel carries the binary): its
+ * start-up is set_tid_address (and arch_prctl on x86_64), where a static
+ * glibc's costs ~0.6 ms more an exec, twice a run.
  */
-#include "nolibc.h" /* no C library: its _start, raw system calls */
+#define _GNU_SOURCE /* wait4, pipe2 */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "abi.h" /* generated from abi.py at build */
 
-#define CLD_EXITED_CODE 1   /* waitid si_code of a child that exited */
 static const char NOTE[] = TRUNNER_JAIL_PID_NOTE; /* abi.NOTE_MARK + abi.JAIL_PID_NOTE + " " */
 static const char USAGE[] = TRUNNER_USAGE_NOTE; /* abi.NOTE_MARK + abi.USAGE_NOTE + " " */
 
@@ -72,8 +80,8 @@ static ssize_t read_all(int fd, char *buf, size_t size)
 {
     size_t got = 0;
     while (got < size) {
-        ssize_t n = nl_read(fd, buf + got, size - got);
-        if (n == -EINTR)
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             break;
@@ -84,12 +92,12 @@ static ssize_t read_all(int fd, char *buf, size_t size)
 
 static ssize_t read_at(int dir, const char *path, char *buf, size_t size)
 {
-    int fd = nl_openat(dir, path, O_RDONLY | O_CLOEXEC);
+    int fd = openat(dir, path, O_RDONLY | O_CLOEXEC);
     ssize_t n;
     if (fd < 0)
         return -1;
     n = read_all(fd, buf, size - 1);
-    nl_close(fd);
+    close(fd);
     if (n >= 0)
         buf[n] = '\0';
     return n;
@@ -129,9 +137,9 @@ static long host_pid_of_pid_2(int proc, long init)
         n = decimal(path, child);
         memcpy(path + n, "/status", 8);
         if (read_at(proc, path, status, sizeof status) > 0
-            && (line = nl_strstr(status, "\nNSpid:")) != NULL) {
-            const char *eol = nl_strchr(line + 1, '\n');
-            const char *last = eol ? eol : line + nl_strlen(line);
+            && (line = strstr(status, "\nNSpid:")) != NULL) {
+            const char *eol = strchr(line + 1, '\n');
+            const char *last = eol ? eol : line + strlen(line);
             while (last > line && (last[-1] == ' ' || last[-1] == '\t'))
                 last--;
             if (last - line >= 2 && last[-1] == '2'
@@ -148,16 +156,18 @@ static long host_pid_of_pid_2(int proc, long init)
 static void __attribute__((noreturn)) run_init(void)
 {
     int block[2];
-    if (nl_pipe(block) < 0) /* read forever: this process holds the write end */
-        nl_exit(1);
+    /* Read forever: this process holds the write end. pipe2 with a flag:
+     * musl's pipe(), and its pipe2 without one, are SYS_pipe on x86_64,
+     * which the waiters' filter does not allow. */
+    if (pipe2(block, O_CLOEXEC) < 0)
+        _exit(1);
     for (;;) {
         siginfo_t info;
         memset(&info, 0, sizeof info);
-        int r = nl_waitid(P_ALL, 0, &info, WEXITED | WNOWAIT);
-        if (r < 0) {
-            if (r == -EINTR)
+        if (waitid(P_ALL, 0, &info, WEXITED | WNOWAIT) < 0) {
+            if (errno == EINTR)
                 continue;
-            nl_exit(1); /* no child left before pid 2 was seen: never pid 2's end */
+            _exit(1); /* no child left before pid 2 was seen: never pid 2's end */
         }
         if (info.si_pid == 2) {
             char line[96];
@@ -169,8 +179,8 @@ static void __attribute__((noreturn)) run_init(void)
              * the helper reports it (a run() mode's usage). Not after a
              * seccomp kill: pid 2 stays a zombie for the helper to name. */
             memset(&ru, 0, sizeof ru);
-            if ((info.si_code == CLD_EXITED_CODE || info.si_status != SIGSYS)
-                && nl_wait4(2, &status, 0, &ru) == 2) {
+            if ((info.si_code == CLD_EXITED || info.si_status != SIGSYS)
+                && wait4(2, &status, 0, &ru) == 2) {
                 line[n++] = ' ';
                 n += decimal(line + n, ru.ru_utime.tv_sec * 1000000L + ru.ru_utime.tv_usec);
                 line[n++] = ' ';
@@ -178,19 +188,18 @@ static void __attribute__((noreturn)) run_init(void)
                 line[n++] = ' ';
                 n += decimal(line + n, ru.ru_maxrss);
             }
-            if (nl_write(0, line, (size_t)n) < 0) {
+            if (write(0, line, (size_t)n) < 0) {
                 /* the helper is gone: the parent-death signal ends us */
             }
-            if (info.si_code == CLD_EXITED_CODE || info.si_status != SIGSYS)
-                nl_exit(0); /* the kernel kills (and reaps) what is left */
+            if (info.si_code == CLD_EXITED || info.si_status != SIGSYS)
+                _exit(0); /* the kernel kills (and reaps) what is left */
             for (;;) { /* a seccomp kill: pid 2 stays a zombie for the helper */
                 char c;
-                ssize_t got = nl_read(block[0], &c, 1);
-                if (got < 0 && got != -EINTR)
-                    nl_exit(1);
+                if (read(block[0], &c, 1) < 0 && errno != EINTR)
+                    _exit(1);
             }
         }
-        while (nl_wait4(info.si_pid, NULL, 0, NULL) == -EINTR)
+        while (wait4(info.si_pid, NULL, 0, NULL) < 0 && errno == EINTR)
             ;
     }
 }
@@ -202,14 +211,14 @@ int main(int argc, char **argv)
     ssize_t got;
     int status;
 
-    if (argc == 2 && nl_strcmp(argv[1], "init") == 0)
+    if (argc == 2 && strcmp(argv[1], "init") == 0)
         run_init();
-    if (argc < 5 || (argc > 5 && nl_strcmp(argv[5], "--") != 0) || (ends = arg(argv[1])) < 0 || (init = arg(argv[2])) <= 0
+    if (argc < 5 || (argc > 5 && strcmp(argv[5], "--") != 0) || (ends = arg(argv[1])) < 0 || (init = arg(argv[2])) <= 0
         || (proc = arg(argv[3])) < 0 || (report = arg(argv[4])) < 0)
-        nl_exit(TRUNNER_SANDBOX_SETUP_EXIT); /* the caller never gets here */
+        _exit(TRUNNER_SANDBOX_SETUP_EXIT); /* the caller never gets here */
     /* One atomic write from pid 1, which may then hold the pipe open (after
      * a seccomp kill): one read, never wait for EOF. */
-    while ((got = nl_read((int)ends, end, sizeof end - 1)) == -EINTR)
+    while ((got = read((int)ends, end, sizeof end - 1)) < 0 && errno == EINTR)
         ;
     if (got > 0) {
         const char *rest;
@@ -218,7 +227,7 @@ int main(int argc, char **argv)
         value = *rest == ' ' ? parse(rest + 1, &rest) : -1;
         if (code < 0 || value < 0)
             got = 0; /* not pid 1's line: judge by pid 1's own end */
-        else if (code != CLD_EXITED_CODE && value == SIGSYS)
+        else if (code != CLD_EXITED && value == SIGSYS)
             jail = host_pid_of_pid_2((int)proc, init);
         else {
             int i;
@@ -234,33 +243,37 @@ int main(int argc, char **argv)
             n += (size_t)decimal(note + n, usage[i]);
             note[n++] = i < 2 ? ' ' : '\n';
         }
-        if (nl_write((int)report, note, n) < 0) {
+        if (write((int)report, note, n) < 0) {
             /* the parent is gone or not reading: the run goes without usage */
         }
     }
-    nl_kill((pid_t)init, SIGKILL); /* the kernel kills (and pid 1 reaps) what is left */
-    while (nl_wait4((pid_t)init, &status, 0, NULL) == -EINTR)
+    kill((pid_t)init, SIGKILL); /* the kernel kills (and pid 1 reaps) what is left */
+    while (wait4((pid_t)init, &status, 0, NULL) < 0 && errno == EINTR)
         ;
     if (got <= 0) { /* pid 1 died first (killed): its end is the jail's */
-        code = WIFEXITED(status) ? CLD_EXITED_CODE : 2;
+        code = WIFEXITED(status) ? CLD_EXITED : 2;
         value = WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status);
     }
-    if (code == CLD_EXITED_CODE) {
-        nl_close((int)report);
-        nl_exit((int)value & 0xff);
+    if (code == CLD_EXITED) {
+        close((int)report);
+        _exit((int)value & 0xff);
     }
     if (jail) {
         size_t n = sizeof NOTE - 1;
         memcpy(note, NOTE, n);
         n += (size_t)decimal(note + n, jail);
         note[n++] = '\n';
-        if (nl_write((int)report, note, n) < 0) {
+        if (write((int)report, note, n) < 0) {
             /* the parent is gone or not reading: the signal still tells */
         }
     }
-    nl_close((int)report);
+    close((int)report);
+    /* Inherited as ignored across the exec (Python ignores SIGPIPE and
+     * SIGXFSZ): back to the default, so that the signal ends this process.
+     * (musl's signal() refuses 32-34, its own, as glibc's does 32-33; for
+     * SIGABRT it blocks all signals around the change: rt_sigprocmask.) */
     if (value != SIGKILL && value != SIGSTOP)
-        nl_signal_default((int)value);
-    nl_kill(nl_getpid(), (int)value);
-    nl_exit(128 + (int)(value & 0x7f)); /* a signal whose default is not to terminate */
+        signal((int)value, SIG_DFL);
+    kill(getpid(), (int)value);
+    _exit(128 + (int)(value & 0x7f)); /* a signal whose default is not to terminate */
 }

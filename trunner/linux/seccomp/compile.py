@@ -28,6 +28,7 @@ from trunner.linux.seccomp.policy import (
     S_IFMT,
     SOCK_STREAM,
     UNIX_SOCKET_TYPES,
+    WAITER_ARCH_PRCTLS,
     WAITER_IOCTLS,
     WAITER_SYSCALLS,
     SeccompPolicy,
@@ -382,9 +383,11 @@ def build_bpf(policy: SeccompPolicy = DEFAULT_POLICY) -> bytes:
 
 
 def waiter_rules() -> list[Rule]:
-    """The waiters' allow-list (policy.WAITER_SYSCALLS, WAITER_IOCTLS)."""
+    """The waiters' allow-list (policy.WAITER_SYSCALLS, WAITER_IOCTLS,
+    WAITER_ARCH_PRCTLS)."""
     return [*(Rule(ALLOW, name) for name in WAITER_SYSCALLS),
-            *(Rule(ALLOW, "ioctl", (Arg(1, _U32, request),)) for request in WAITER_IOCTLS)]
+            *(Rule(ALLOW, "ioctl", (Arg(1, _U32, request),)) for request in WAITER_IOCTLS),
+            *(Rule(ALLOW, "arch_prctl", (Arg(0, _U32, code),)) for code in WAITER_ARCH_PRCTLS)]
 
 
 @functools.cache

@@ -76,6 +76,7 @@ __all__ = [
     "TIOCSTI",
     "UNBOUNDED_WITHOUT_MEMORY_CGROUP",
     "UNIX_SOCKET_TYPES",
+    "WAITER_ARCH_PRCTLS",
     "WAITER_IOCTLS",
     "WAITER_SYSCALLS",
     "SeccompPolicy",
@@ -735,18 +736,24 @@ SERVER_SYSCALLS: tuple[str, ...] = ("accept", "accept4", "bind", "listen")
 #: the waiting helper and the jail's pid 1 (helper.py's `_confine_self`),
 #: from their install to their end. Between the two: Python's last steps
 #: (descriptor flags, the exec of trunner-waiter from its descriptor, or a
-#: refusal written and `_exit`, which may allocate), then waiter.c's calls.
-#: Anything else fails ENOSYS. An allow-list of its own, not the jail's: a
-#: hundredth of the instructions to install, twice a run, and nothing a
-#: jailed process would gain from reaching a waiter.
+#: refusal written and `_exit`, which may allocate), then waiter.c's calls:
+#: static musl's start-up (set_tid_address; arch_prctl on x86_64,
+#: `WAITER_ARCH_PRCTLS`), and its signal(SIGABRT), which blocks every signal
+#: around the change (rt_sigprocmask). Anything else fails ENOSYS. An
+#: allow-list of its own, not the jail's: a hundredth of the instructions to
+#: install, twice a run, and nothing a jailed process would gain from
+#: reaching a waiter.
 WAITER_SYSCALLS: tuple[str, ...] = (
     "read", "write", "close", "openat", "pipe2", "fcntl", "execveat",
-    "wait4", "waitid", "kill", "getpid", "rt_sigaction", "rt_sigreturn",
-    "brk", "mmap", "munmap", "exit_group",
+    "wait4", "waitid", "kill", "getpid", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn",
+    "brk", "mmap", "munmap", "set_tid_address", "exit_group",
 )
 #: ioctl() of a waiter: only a descriptor's close-on-exec flag (CPython's
 #: `set_inheritable`).
 WAITER_IOCTLS: tuple[int, ...] = (0x5450, 0x5451)  # FIONCLEX, FIOCLEX
+#: arch_prctl() of a waiter (x86_64 only; no such call on aarch64): only
+#: musl's thread pointer, set at start-up.
+WAITER_ARCH_PRCTLS: tuple[int, ...] = (0x1002,)  # ARCH_SET_FS
 
 
 def provider_policy(base: SeccompPolicy | None = None) -> SeccompPolicy:
