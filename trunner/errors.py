@@ -60,13 +60,6 @@ class Reason(enum.StrEnum):
     INTERNAL_ERROR = "internal_error"
 
 
-#: The reasons that mean "the child went past a limit the caller set".
-LIMIT_BREACHES = frozenset(
-    {Reason.TIMEOUT, Reason.CPU_TIME, Reason.STDOUT_CAP, Reason.STDERR_CAP,
-     Reason.DRAIN_TIMEOUT, Reason.MEMORY_LIMIT}
-)
-
-
 @final
 class RunnerError(Exception):
     """An invocation failed closed.
