@@ -11,7 +11,7 @@ import enum
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
-    from trunner.protocol import Usage
+    from trunner.usage import Usage
 
 
 class Reason(enum.StrEnum):
