@@ -46,6 +46,7 @@ from trunner.errors import Reason, RunnerError
 from trunner.linux import watchdog
 from trunner.linux.forkserver import RUN_FDS
 from trunner.linux.kernel import abi
+from trunner.procfs import parent as _parent_of
 from trunner.spawn import Child, on_spawn_thread, run_pipes
 from trunner.worker.adapters import BUILTIN_MODES
 
@@ -287,14 +288,6 @@ async def _reap_stray(link: socket.socket) -> bool:
             os.waitpid(pid, 0)  # noqa: ASYNC222  a few ms: it has forked nothing
             return True
     return False
-
-
-def _parent_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def _poll(fd: int) -> int:
