@@ -316,16 +316,22 @@ async def remove_jail_dir(path: str, forget: Hold) -> bool:
 # -- cgroups and sweeping ------------------------------------------------------
 
 
-def remove_cgroup(path: str) -> bool:
-    """Remove a run's cgroup, its leaves (`sup`, `prog`: its only subdirs)
-    first, or SIGKILL what they still hold; whether it is gone."""
-    try:
-        leaves = [entry.path for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)]
-    except FileNotFoundError:
-        return True
-    except OSError:
-        leaves = []
-    gone = [_remove_one(leaf) for leaf in leaves]
+def remove_cgroup(path: str, leaves: Iterable[str] | None = None) -> bool:
+    """One try at removing a run's cgroup: its leaves first (`leaves`, their
+    names, where the caller knows them; else every subdir it has), then it.
+    What a cgroup still holds is SIGKILLed on the way, so that a later try
+    can succeed: killed processes take a moment to leave, and each caller
+    retries a while (`sweep`, the watchdog, the Linux backend after a run).
+    Whether it is gone; never raises `OSError`."""
+    if leaves is None:
+        try:
+            leaves = [entry.name for entry in os.scandir(path)
+                      if entry.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return True
+        except OSError:
+            leaves = []
+    gone = [_remove_one(os.path.join(path, leaf)) for leaf in leaves]
     return all(gone) and _remove_one(path)
 
 

@@ -18,16 +18,14 @@ directory every run's cgroup lives in whenever it is missing.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import signal
 import uuid
 from typing import TYPE_CHECKING
 
 import trio
 
-from trunner.cleanup import owner_id
+from trunner.cleanup import owner_id, remove_cgroup
 from trunner.errors import Reason, RunnerError
 from trunner.linux.kernel.abi import PROG_CGROUP, SUP_CGROUP
 
@@ -301,41 +299,27 @@ def write(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def kill_all(path: str) -> None:
-    for pid in (read_text(os.path.join(path, "cgroup.procs")) or "").split():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
-
-
 def remove_now(path: str) -> None:
-    """Remove a run's cgroup that never held a process, its leaves first."""
-    for leaf in LEAVES:
-        with contextlib.suppress(FileNotFoundError):
-            os.rmdir(os.path.join(path, leaf))
-    os.rmdir(path)
+    """Remove a run's cgroup that never held a process, its leaves first.
+
+    Raises:
+        OSError: it is still there.
+    """
+    if not remove_cgroup(path, LEAVES):
+        raise OSError(errno.EBUSY, f"cannot remove cgroup {path}")
 
 
 async def remove(path: str) -> None:
     """Remove a run's cgroup, its leaves first, once its group is dead and
-    reaped. A descendant reparented to init may still be leaving: kill what
-    is listed, retry.
+    reaped. A descendant reparented to init may still be leaving: each try
+    (`cleanup.remove_cgroup`) kills what is listed, and trio sleeps 5 ms
+    between tries.
 
     Raises:
         RunnerError: `sandbox_setup` if one cannot be removed within ~1 s.
     """
-    for leaf in LEAVES:
-        await _remove_one(os.path.join(path, leaf))
-    await _remove_one(path)
-
-
-async def _remove_one(path: str) -> None:
     for _ in range(200):
-        try:
-            os.rmdir(path)
+        if remove_cgroup(path, LEAVES):
             return
-        except FileNotFoundError:
-            return
-        except OSError:
-            kill_all(path)
-            await trio.sleep(0.005)
+        await trio.sleep(0.005)
     raise RunnerError(Reason.SANDBOX_SETUP, f"cannot remove cgroup {path}")
