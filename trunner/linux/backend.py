@@ -13,6 +13,7 @@ it held.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import platform
 import signal
@@ -478,6 +479,12 @@ class LinuxBackend:
         python, _isolated, _no_site, *worker_and_path = launch
         return (python, "-P", *worker_and_path, mode)
 
+    @functools.cached_property
+    def _jail_env(self) -> dict[str, str]:
+        """The jail's whole environment: it follows the profile and the
+        import paths only, so it is made once."""
+        return environment(self.profile.environment, self.import_paths)
+
     def host_paths(self) -> HostPaths:
         if self._paths is None:
             self._paths = snapshot(profile_paths(self.profile, self.import_paths))
@@ -533,12 +540,11 @@ class LinuxBackend:
         return [path for f in found for path in (*f.sockets, *f.unlistable)]
 
     def _document(self, limits: Limits, plan: HelperPlan, paths: HostPaths) -> dict[str, Any]:
-        env = environment(self.profile.environment, self.import_paths)
         doc: dict[str, Any] = {
             "schema": RULES_SCHEMA,
             "backend": "linux",
             "machine": platform.machine(),
-            "plan": hashed_plan(plain(plan), paths, env),
+            "plan": hashed_plan(plain(plan), paths, self._jail_env),
             # What compiled the seccomp filter: the same policy may compile
             # to other bytes under another libseccomp.
             "libseccomp": seccomp.libseccomp_version(),
@@ -611,7 +617,7 @@ class LinuxBackend:
             jail.admit(0)  # the run's whole bound; its program's is the helper's
             plan = self._plan_for_run(limits, pids_dir, memory_dir,
                                       None if lease is None else lease.id, cpu_dir, view_dirs)
-            env = environment(self.profile.environment, self.import_paths)
+            env = self._jail_env
         except BaseException:
             try:
                 for path in paths:
@@ -632,8 +638,7 @@ class LinuxBackend:
 
         self.check()
         self.settle()
-        return ForkServer(self.helper_launch(),
-                          environment(self.profile.environment, self.import_paths), mode)
+        return ForkServer(self.helper_launch(), self._jail_env, mode)
 
     def sweep(self, temp_root: str | None) -> list[str]:
         """What dead owners of this uid left: their jail dirs under
