@@ -1,6 +1,7 @@
 """What the parent side reads about processes in /proc: one parser for each
-file (`stat`, `status`, the children list), for the cleanup and the
-watchdog, the Linux backend, the fork server's client and the host-id check.
+file (`stat`, `status`, the children list, `cgroup`, `mountinfo`), for the
+cleanup and the watchdog, the Linux backend, the fork server's client, the
+host-id check, the probe, the cgroup setup and the socket walk.
 
 Imports only `os`: the watchdog script imports it (through
 `trunner.cleanup`) at an interpreter's start, so not even typing. A process
@@ -99,3 +100,65 @@ def pids(proc: str = "/proc") -> list[int]:
         return [int(name) for name in os.listdir(proc) if name.isdigit()]
     except OSError:
         return []
+
+
+def cgroups(pid: int | str = "self") -> dict[str, str]:
+    """/proc/PID/cgroup: each hierarchy's controllers as named there
+    (`cpu,cpuacct`; "" for the unified v2 one) and the process's cgroup in
+    it; {} if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:
+        _, colon, rest = line.partition(":")
+        controllers, colon2, path = rest.partition(":")
+        if colon and colon2:
+            found[controllers] = path
+    return found
+
+
+class Mount:
+    """One mount of mountinfo (proc(5)): its mount point (unescaped), its
+    options, its type and its superblock's options (where a cgroup v1
+    hierarchy names its controllers)."""
+
+    __slots__ = ("fstype", "options", "point", "super_options")
+
+    def __init__(self, point: str, options: str, fstype: str, super_options: str) -> None:
+        self.point = point
+        self.options = options
+        self.fstype = fstype
+        self.super_options = super_options
+
+
+def mounts(mountinfo: str = "/proc/self/mountinfo") -> list[Mount]:
+    """This process's mounts, in mountinfo's order; [] if it cannot be read."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(" "), right.split(" ")
+        if len(fields) > 5 and len(tail) > 2:
+            found.append(Mount(_unescape(fields[4]), fields[5], tail[0], tail[2]))
+    return found
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \\ooo.
+    out, i = [], 0
+    while i < len(field):
+        digits = field[i + 1:i + 4]
+        if field[i] == "\\" and len(digits) == 3 and digits.isdigit():
+            out.append(chr(int(digits, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)

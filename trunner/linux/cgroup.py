@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from trunner import procfs
 from trunner.cleanup import owner_id, remove_cgroup
 from trunner.errors import Reason, RunnerError
 from trunner.linux.kernel.abi import PROG_CGROUP, SUP_CGROUP
@@ -49,19 +50,13 @@ def find_base(controller: str = "pids") -> str | None:
     ("pids" or "memory"): the controller's hierarchy at our own cgroup in
     it, if writable; None otherwise (and on v2: `delegation.place`). Reads
     only."""
-    own = {}
-    for line in (read_text("/proc/self/cgroup") or "").splitlines():
-        _, controllers, path = line.split(":", 2)
-        own[controllers] = path
-    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
-        left, _, right = line.partition(" - ")
-        fstype, _, options = [*right.split(" "), "", "", ""][:3]
-        if fstype != "cgroup" or controller not in options.split(","):
+    own = procfs.cgroups()
+    for mount in procfs.mounts():
+        if mount.fstype != "cgroup" or controller not in mount.super_options.split(","):
             continue
-        mount_point = left.split(" ")[4]
         for controllers, path in own.items():
             if controller in controllers.split(","):
-                base = os.path.join(mount_point, path.lstrip("/"))
+                base = os.path.join(mount.point, path.lstrip("/"))
                 if os.access(base, os.W_OK):
                     return base
     return None
@@ -78,14 +73,11 @@ def views(bases: Sequence[str]) -> tuple[tuple[str, str], ...]:
     if os.path.exists(os.path.join(bases[0], "cgroup.controllers")):
         return (("cgroup2", ""),)
     shown: list[tuple[str, str]] = []
-    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
-        left, _, right = line.partition(" - ")
-        fstype, _, options = [*right.split(" "), "", "", ""][:3]
-        mount_point = left.split(" ")[4] if len(left.split(" ")) > 4 else ""
-        if fstype != "cgroup" or not any(
-                b == mount_point or b.startswith(mount_point + "/") for b in bases):
+    for mount in procfs.mounts():
+        if mount.fstype != "cgroup" or not any(
+                b == mount.point or b.startswith(mount.point + "/") for b in bases):
             continue
-        controllers = [o for o in options.split(",") if o in V1_CONTROLLERS]
+        controllers = [o for o in mount.super_options.split(",") if o in V1_CONTROLLERS]
         if controllers and ("cgroup", ",".join(controllers)) not in shown:
             shown.append(("cgroup", ",".join(controllers)))
     return tuple(shown)

@@ -43,11 +43,9 @@ def container_blocks() -> list[str]:
     but for the last: under a seccomp filter, a child process tries
     unshare(CLONE_NEWUSER) (a namespace of its own, gone when it exits)."""
     found = []
-    for line in (cgroup.read_text("/proc/self/mountinfo") or "").splitlines():
-        fields = line.split(" ")
-        if len(fields) > 5 and fields[4] == "/proc/sys" and "ro" in fields[5].split(","):
-            found.append("/proc/sys is read-only (Docker: --security-opt systempaths=unconfined)")
-            break
+    if any(mount.point == "/proc/sys" and "ro" in mount.options.split(",")
+           for mount in procfs.mounts()):
+        found.append("/proc/sys is read-only (Docker: --security-opt systempaths=unconfined)")
     profile = (cgroup.read_text("/proc/self/attr/apparmor/current")
                or cgroup.read_text("/proc/self/attr/current") or "").strip()
     if profile.endswith("(enforce)"):
