@@ -407,7 +407,7 @@ async def test_the_watchdog_ends_at_its_owners_death_with_its_pipe_still_open(
             p.wait()
 
 
-def test_the_watchdog_script_imports_only_the_stdlib_and_cleanup() -> None:
+def test_the_watchdog_script_imports_only_the_stdlib_cleanup_and_procfs() -> None:
     code = (
         f"import runpy, sys; sys.argv = [{watchdog.__file__!r}];"
         f"sys.stdin.close(); import os; os.close(0); os.open('/dev/null', os.O_RDONLY);"
@@ -418,4 +418,4 @@ def test_the_watchdog_script_imports_only_the_stdlib_and_cleanup() -> None:
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
                          text=True, timeout=scaled(60))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["trunner", "trunner.cleanup"]
+    assert out.stdout.split() == ["trunner", "trunner.cleanup", "trunner.procfs"]

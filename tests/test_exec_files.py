@@ -26,7 +26,7 @@ from trunner import (
     Reason,
     Runner,
     RunnerError,
-    workdir,
+    exec_checks,
 )
 from trunner.protocol import (
     EXEC_COLLECT_MAX_FILES,
@@ -368,7 +368,7 @@ async def test_files_at_the_bounds_are_accepted(runner: Runner) -> None:
 @given(st.text(alphabet="/.a\0\udcff\u00e9", max_size=12))
 def test_a_normal_path_is_relative_plain_and_stable(path: str) -> None:
     try:
-        norm = workdir.normal_path(path)
+        norm = exec_checks.normal_path(path)
     except RunnerError as e:
         refusal: RunnerError | None = e
     else:
@@ -379,13 +379,13 @@ def test_a_normal_path_is_relative_plain_and_stable(path: str) -> None:
     parts = norm.split("/")
     assert all(p not in ("", ".", "..") for p in parts)
     assert "\0" not in norm
-    assert workdir.normal_path(norm) == norm
+    assert exec_checks.normal_path(norm) == norm
     assert os.path.normpath(path) == norm
 
 
 def test_the_parent_checks_collected_paths_and_sizes() -> None:
     def ok(*files: CollectedFile) -> bool:
-        return workdir.check_collected(list(files))
+        return exec_checks.check_collected(list(files))
 
     good = CollectedFile(path="a/b", size=1, data=b"x")
     assert ok(good)
@@ -446,7 +446,7 @@ def test_the_parent_matches_a_pattern_as_the_adapter_does(
         (tmp_path / path).write_bytes(b"x")
     monkeypatch.chdir(tmp_path)
     files, _ = exec_mode.collect([pattern], 1 << 20)
-    assert {f["path"] for f in files} == {p for p in TREE if workdir.matches(pattern, p)}
+    assert {f["path"] for f in files} == {p for p in TREE if exec_checks.matches(pattern, p)}
 
 
 def _reply(*paths: str, unmatched: tuple[str, ...] = ()) -> ExecResult:
@@ -456,7 +456,7 @@ def _reply(*paths: str, unmatched: tuple[str, ...] = ()) -> ExecResult:
 
 
 def test_a_collected_file_no_pattern_matches_fails_the_run() -> None:
-    from trunner.workdir import check_exec_reply
+    from trunner.exec_checks import check_exec_reply
 
     limits = Limits()
     check_exec_reply(_reply("build/a.o"), limits, ["build/*.o"])

@@ -104,7 +104,6 @@ def test_equal_limits_are_one_value_one_plan_one_version(fields: dict[str, Any])
     from trunner.linux.plan import encode_plan
     from trunner.linux.probe import probe_host
     from trunner.linux.profile import DEFAULT_PROFILE
-    from trunner.rules import effective_rules_version
 
     ways = _four_ways(fields)
     assert all(way == ways[0] for way in ways)
@@ -117,7 +116,7 @@ def test_equal_limits_are_one_value_one_plan_one_version(fields: dict[str, Any])
     fresh = [Runner().rules_version(way) for way in ways]
     assert len(set(fresh)) == 1, fresh
     backend = Runner().backend
-    assert {effective_rules_version(backend, way) for way in ways} == set(fresh[:1])
+    assert {backend.rules_version(way) for way in ways} == set(fresh[:1])
 
 
 def test_the_version_cache_answers_for_the_value_not_the_first_form_seen() -> None:

@@ -25,7 +25,7 @@ from trunner.linux.backend import LinuxBackend
 from trunner.linux.probe import probe_host
 from trunner.linux.profile import DEFAULT_PROFILE, PROVIDER_TEMPLATE, provider_profile
 from trunner.linux.seccomp import DEFAULT_POLICY, build_bpf, without_memory_cgroup
-from trunner.rules import digest, effective_rules_version
+from trunner.rules import digest
 
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids, a memory and a cpuacct cgroup and cpu and cpuset
@@ -36,7 +36,7 @@ GOLDEN_DEFAULT = "c9b7f0d3fcec1777b5f9a3557629cfc59715d4310cc966df18614e0484e99f
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:
-    return effective_rules_version(LinuxBackend("trunner-worker", **backend), limits or Limits())
+    return LinuxBackend("trunner-worker", **backend).rules_version(limits or Limits())
 
 
 #: The lowest Landlock ABI a jail sharing the host network is planned at (its
@@ -62,8 +62,7 @@ def provider_skip_reason() -> str | None:
 def test_same_inputs_same_version_in_two_processes() -> None:
     code = (
         "from trunner.linux.backend import LinuxBackend; from trunner.limits import Limits;"
-        "from trunner.rules import effective_rules_version as v;"
-        "print(v(LinuxBackend('trunner-worker'), Limits()))"
+        "print(LinuxBackend('trunner-worker').rules_version(Limits()))"
     )
     other = subprocess.run([sys.executable, "-c", code], capture_output=True,
                            timeout=scaled(60))
@@ -82,8 +81,7 @@ def test_a_checkout_elsewhere_has_the_same_version(parent: str) -> None:
             "import sys; sys.path.insert(0, sys.argv[1]); import trunner;"
             "assert trunner.__file__.startswith(sys.argv[1]), trunner.__file__;"
             "from trunner.linux.backend import LinuxBackend; from trunner.limits import Limits;"
-            "from trunner.rules import effective_rules_version as v;"
-            "print(v(LinuxBackend('trunner-worker'), Limits()))"
+            "print(LinuxBackend('trunner-worker').rules_version(Limits()))"
         )
         other = subprocess.run([sys.executable, "-c", code, str(where)], capture_output=True,
                                timeout=scaled(60))

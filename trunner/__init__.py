@@ -27,10 +27,10 @@ if TYPE_CHECKING:
         ExecFile as ExecFile,
         ExecRequest as ExecRequest,
         ExecResult as ExecResult,
-        Usage as Usage,
     )
     from trunner.runner import Runner as Runner
     from trunner.signals import cancel_on_signals as cancel_on_signals
+    from trunner.usage import Usage as Usage
     from trunner.worker import WORKER_BINARY as WORKER_BINARY, locate_worker as locate_worker
 
 _WHERE = {
@@ -43,7 +43,7 @@ _WHERE = {
     "ExecFile": "trunner.protocol",
     "ExecRequest": "trunner.protocol",
     "ExecResult": "trunner.protocol",
-    "Usage": "trunner.protocol",
+    "Usage": "trunner.usage",
     "provider_profile_template_blake3": "trunner.backend",
     "Result": "trunner.invocation",
     "Runner": "trunner.runner",

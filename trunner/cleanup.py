@@ -3,7 +3,8 @@ whatever the child left in it; and the leftovers of a dead owner swept.
 
 `remove_tree` is iterative and fd-relative: any depth, a few fds, never a
 symlink followed, modes the child took away given back. The watchdog process
-runs it too, so this module imports only the standard library at its top.
+runs it too, so this module imports only the standard library at its top
+(and `trunner.procfs`, which does too).
 The jail seam (`trunner.jail`) calls `make_jail_dir` and
 `remove_jail_dir` with the watchdog's `hold` and `forget`, so that this
 module knows no platform.
@@ -26,6 +27,8 @@ import signal
 import tempfile
 import threading
 import time
+
+from trunner import procfs
 
 TYPE_CHECKING = False  # not from typing: the watchdog script would pay for it
 if TYPE_CHECKING:
@@ -158,10 +161,10 @@ def owner_id() -> str:
     global _owner
     if _owner is None:
         pid = os.getpid()
-        start = _proc_stat(pid)
+        start = procfs.start_time(pid)
         if start is None:
             raise OSError(f"cannot read /proc/{pid}/stat")
-        _owner = f"{pid}-{start[1]}-{os.stat('/proc/self/ns/pid').st_ino}"
+        _owner = f"{pid}-{start}-{os.stat('/proc/self/ns/pid').st_ino}"
     return _owner
 
 
@@ -173,16 +176,6 @@ def parse_owner(text: str) -> tuple[int, int, int] | None:
         return None
     pid, start, ns = (int(p) for p in parts)
     return pid, start, ns
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """A process's state letter and start time; None if there is none."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0].decode(), int(fields[19])
 
 
 def owner_alive(owner: str) -> bool:
@@ -198,8 +191,8 @@ def owner_alive(owner: str) -> bool:
             return True
     except OSError:
         return True
-    stat = _proc_stat(pid)
-    return stat is not None and stat[1] == start and stat[0] not in ("Z", "X")
+    fields = procfs.stat(pid)
+    return not procfs.exited(fields) and int(fields[procfs.START_TIME]) == start
 
 
 def _owner_of_dir(name: str) -> str | None:
@@ -323,16 +316,22 @@ async def remove_jail_dir(path: str, forget: Hold) -> bool:
 # -- cgroups and sweeping ------------------------------------------------------
 
 
-def remove_cgroup(path: str) -> bool:
-    """Remove a run's cgroup, its leaves (`sup`, `prog`: its only subdirs)
-    first, or SIGKILL what they still hold; whether it is gone."""
-    try:
-        leaves = [entry.path for entry in os.scandir(path) if entry.is_dir(follow_symlinks=False)]
-    except FileNotFoundError:
-        return True
-    except OSError:
-        leaves = []
-    gone = [_remove_one(leaf) for leaf in leaves]
+def remove_cgroup(path: str, leaves: Iterable[str] | None = None) -> bool:
+    """One try at removing a run's cgroup: its leaves first (`leaves`, their
+    names, where the caller knows them; else every subdir it has), then it.
+    What a cgroup still holds is SIGKILLed on the way, so that a later try
+    can succeed: killed processes take a moment to leave, and each caller
+    retries a while (`sweep`, the watchdog, the Linux backend after a run).
+    Whether it is gone; never raises `OSError`."""
+    if leaves is None:
+        try:
+            leaves = [entry.name for entry in os.scandir(path)
+                      if entry.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return True
+        except OSError:
+            leaves = []
+    gone = [_remove_one(os.path.join(path, leaf)) for leaf in leaves]
     return all(gone) and _remove_one(path)
 
 

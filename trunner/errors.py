@@ -12,7 +12,7 @@ import enum
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
-    from trunner.protocol import Usage
+    from trunner.usage import Usage
 
 
 class Reason(enum.StrEnum):
@@ -59,13 +59,6 @@ class Reason(enum.StrEnum):
     NODE_LOST = "node_lost"
     # A bug in trunner, reported as a RunnerError (the cause is chained).
     INTERNAL_ERROR = "internal_error"
-
-
-#: The reasons that mean "the child went past a limit the caller set".
-LIMIT_BREACHES = frozenset(
-    {Reason.TIMEOUT, Reason.CPU_TIME, Reason.STDOUT_CAP, Reason.STDERR_CAP,
-     Reason.DRAIN_TIMEOUT, Reason.MEMORY_LIMIT}
-)
 
 
 @final

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from trunner import invocation, workdir
+from trunner import exec_checks, invocation
 from trunner.errors import Reason, RunnerError
 from trunner.protocol import ExecFile, ExecResult
 
@@ -120,9 +120,9 @@ class WorkerPool:
         the same checks, caps and verdict."""
         if self._mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
-        request, caps = workdir.exec_request(argv, stdin, files, collect, self._limits, env)
+        request, caps = exec_checks.exec_request(argv, stdin, files, collect, self._limits, env)
         result: Result[ExecResult] = await self._serve(request, caps, ExecResult)
-        workdir.check_exec_reply(result.response, self._limits, request.collect)
+        exec_checks.check_exec_reply(result.response, self._limits, request.collect)
         return result
 
     async def _serve(

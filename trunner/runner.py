@@ -14,7 +14,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
-from trunner import invocation, workdir
+from trunner import exec_checks, invocation
 from trunner.backend import platform_backend
 from trunner.errors import Reason, RunnerError
 from trunner.limits import Limits
@@ -198,17 +198,17 @@ class Runner:
 
         Raises:
             RunnerError: `bad_request` for an empty or non-str argv, a non-bytes
-                stdin, bad files, patterns or env (trunner.workdir), before
+                stdin, bad files, patterns or env (trunner.exec_checks), before
                 anything is spawned; `stdout_cap` when the stdout and
                 the collected files go over the cap, or more than
                 `EXEC_COLLECT_MAX_FILES` files match; any other `Reason`.
         """
         limits = self._limits(limits)
-        request, caps = workdir.exec_request(argv, stdin, files, collect, limits, env)
+        request, caps = exec_checks.exec_request(argv, stdin, files, collect, limits, env)
         result: Result[ExecResult] = await invocation.invoke(
             self._backend, self._adapter_argv("exec"), limits, self.temp_root, request,
             caps, ExecResult, spawner=COLD)
-        workdir.check_exec_reply(result.response, limits, request.collect)
+        exec_checks.check_exec_reply(result.response, limits, request.collect)
         return result
 
     def _adapter_argv(self, mode: str) -> tuple[str, ...]:

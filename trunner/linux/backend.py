@@ -13,6 +13,7 @@ it held.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import platform
 import signal
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from trunner import cleanup
+from trunner import cleanup, procfs
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, Failure, Figures, HostSupport
 from trunner.linux import cgroup, delegation, kmsg, landlock, seccomp, sockets, watchdog
@@ -201,22 +202,22 @@ class LinuxJail:
         figures = self._program_figures()
         if figures is not None and figures.memory_source == "cgroup":
             return figures
-        init = _children(pgid)
+        init = procfs.children(pgid)
         if not init:
             return None
         user = system = peak = 0
-        stack = [(pid, True) for pid in _children(init[0])]
+        stack = [(pid, True) for pid in procfs.children(init[0])]
         while stack:
             pid, top = stack.pop()
-            times = _stat_times(pid)
+            times = procfs.cpu_ticks(pid)
             if times is None:
                 continue  # gone while we looked
-            adapter = top and program_only and _ns_pid(pid) == 2
+            adapter = top and program_only and procfs.ns_pid(pid) == 2
             if not adapter:
                 user, system = user + times[0], system + times[1]
-                peak = max(peak, _hwm_bytes(pid))
+                peak = max(peak, procfs.peak_rss_bytes(pid))
             user, system = user + times[2], system + times[3]
-            stack.extend((child, False) for child in _children(pid))
+            stack.extend((child, False) for child in procfs.children(pid))
         tick = os.sysconf("SC_CLK_TCK")
         return Figures(user / tick, system / tick, peak)
 
@@ -309,57 +310,10 @@ def _pidfd_of(pid: int, start: int) -> int | None:
         pidfd = os.pidfd_open(pid)
     except OSError:
         return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        if int(fields[19]) == start:
-            return pidfd
-    except (OSError, IndexError, ValueError):
-        pass
+    if procfs.start_time(pid) == start:
+        return pidfd
     os.close(pidfd)
     return None
-
-
-def _children(pid: int) -> list[int]:
-    """The children of `pid`'s main thread (/proc/PID/task/PID/children)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
-            return [int(child) for child in f.read().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _stat_times(pid: int) -> tuple[int, int, int, int] | None:
-    """utime, stime, cutime, cstime of `pid` (clock ticks), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        return int(fields[11]), int(fields[12]), int(fields[13]), int(fields[14])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _status_field(pid: int, name: bytes) -> list[bytes]:
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(name + b":"):
-                    return line.split()[1:]
-    except OSError:
-        pass
-    return []
-
-
-def _ns_pid(pid: int) -> int:
-    """`pid`'s pid in its innermost PID namespace (0 if unread)."""
-    ids = _status_field(pid, b"NSpid")
-    return int(ids[-1]) if ids and ids[-1].isdigit() else 0
-
-
-def _hwm_bytes(pid: int) -> int:
-    """`pid`'s peak resident set (VmHWM), in bytes (0 if unread)."""
-    kib = _status_field(pid, b"VmHWM")
-    return int(kib[0]) * 1024 if kib and kib[0].isdigit() else 0
 
 
 def _group_alive(pgid: int) -> bool:
@@ -368,15 +322,9 @@ def _group_alive(pgid: int) -> bool:
         os.killpg(pgid, 0)  # the usual case: no member at all
     except (ProcessLookupError, PermissionError):
         return False
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                state, _ppid, pgrp = f.read().rsplit(b")", 1)[1].split()[:3]
-        except OSError:
-            continue  # gone while we looked
-        if int(pgrp) == pgid and state not in (b"Z", b"X"):
+    for pid in procfs.pids():
+        fields = procfs.stat(pid)
+        if not procfs.exited(fields) and int(fields[procfs.PGRP]) == pgid:
             return True
     return False
 
@@ -532,6 +480,12 @@ class LinuxBackend:
         python, _isolated, _no_site, *worker_and_path = launch
         return (python, "-P", *worker_and_path, mode)
 
+    @functools.cached_property
+    def _jail_env(self) -> dict[str, str]:
+        """The jail's whole environment: it follows the profile and the
+        import paths only, so it is made once."""
+        return environment(self.profile.environment, self.import_paths)
+
     def host_paths(self) -> HostPaths:
         if self._paths is None:
             self._paths = snapshot(profile_paths(self.profile, self.import_paths))
@@ -587,12 +541,11 @@ class LinuxBackend:
         return [path for f in found for path in (*f.sockets, *f.unlistable)]
 
     def _document(self, limits: Limits, plan: HelperPlan, paths: HostPaths) -> dict[str, Any]:
-        env = environment(self.profile.environment, self.import_paths)
         doc: dict[str, Any] = {
             "schema": RULES_SCHEMA,
             "backend": "linux",
             "machine": platform.machine(),
-            "plan": hashed_plan(plain(plan), paths, env),
+            "plan": hashed_plan(plain(plan), paths, self._jail_env),
             # What compiled the seccomp filter: the same policy may compile
             # to other bytes under another libseccomp.
             "libseccomp": seccomp.libseccomp_version(),
@@ -665,7 +618,7 @@ class LinuxBackend:
             jail.admit(0)  # the run's whole bound; its program's is the helper's
             plan = self._plan_for_run(limits, pids_dir, memory_dir,
                                       None if lease is None else lease.id, cpu_dir, view_dirs)
-            env = environment(self.profile.environment, self.import_paths)
+            env = self._jail_env
         except BaseException:
             try:
                 for path in paths:
@@ -686,8 +639,7 @@ class LinuxBackend:
 
         self.check()
         self.settle()
-        return ForkServer(self.helper_launch(),
-                          environment(self.profile.environment, self.import_paths), mode)
+        return ForkServer(self.helper_launch(), self._jail_env, mode)
 
     def sweep(self, temp_root: str | None) -> list[str]:
         """What dead owners of this uid left: their jail dirs under

@@ -18,16 +18,15 @@ directory every run's cgroup lives in whenever it is missing.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import signal
 import uuid
 from typing import TYPE_CHECKING
 
 import trio
 
-from trunner.cleanup import owner_id
+from trunner import procfs
+from trunner.cleanup import owner_id, remove_cgroup
 from trunner.errors import Reason, RunnerError
 from trunner.linux.kernel.abi import PROG_CGROUP, SUP_CGROUP
 
@@ -51,19 +50,13 @@ def find_base(controller: str = "pids") -> str | None:
     ("pids" or "memory"): the controller's hierarchy at our own cgroup in
     it, if writable; None otherwise (and on v2: `delegation.place`). Reads
     only."""
-    own = {}
-    for line in (read_text("/proc/self/cgroup") or "").splitlines():
-        _, controllers, path = line.split(":", 2)
-        own[controllers] = path
-    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
-        left, _, right = line.partition(" - ")
-        fstype, _, options = [*right.split(" "), "", "", ""][:3]
-        if fstype != "cgroup" or controller not in options.split(","):
+    own = procfs.cgroups()
+    for mount in procfs.mounts():
+        if mount.fstype != "cgroup" or controller not in mount.super_options.split(","):
             continue
-        mount_point = left.split(" ")[4]
         for controllers, path in own.items():
             if controller in controllers.split(","):
-                base = os.path.join(mount_point, path.lstrip("/"))
+                base = os.path.join(mount.point, path.lstrip("/"))
                 if os.access(base, os.W_OK):
                     return base
     return None
@@ -80,14 +73,11 @@ def views(bases: Sequence[str]) -> tuple[tuple[str, str], ...]:
     if os.path.exists(os.path.join(bases[0], "cgroup.controllers")):
         return (("cgroup2", ""),)
     shown: list[tuple[str, str]] = []
-    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
-        left, _, right = line.partition(" - ")
-        fstype, _, options = [*right.split(" "), "", "", ""][:3]
-        mount_point = left.split(" ")[4] if len(left.split(" ")) > 4 else ""
-        if fstype != "cgroup" or not any(
-                b == mount_point or b.startswith(mount_point + "/") for b in bases):
+    for mount in procfs.mounts():
+        if mount.fstype != "cgroup" or not any(
+                b == mount.point or b.startswith(mount.point + "/") for b in bases):
             continue
-        controllers = [o for o in options.split(",") if o in V1_CONTROLLERS]
+        controllers = [o for o in mount.super_options.split(",") if o in V1_CONTROLLERS]
         if controllers and ("cgroup", ",".join(controllers)) not in shown:
             shown.append(("cgroup", ",".join(controllers)))
     return tuple(shown)
@@ -301,41 +291,27 @@ def write(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def kill_all(path: str) -> None:
-    for pid in (read_text(os.path.join(path, "cgroup.procs")) or "").split():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGKILL)
-
-
 def remove_now(path: str) -> None:
-    """Remove a run's cgroup that never held a process, its leaves first."""
-    for leaf in LEAVES:
-        with contextlib.suppress(FileNotFoundError):
-            os.rmdir(os.path.join(path, leaf))
-    os.rmdir(path)
+    """Remove a run's cgroup that never held a process, its leaves first.
+
+    Raises:
+        OSError: it is still there.
+    """
+    if not remove_cgroup(path, LEAVES):
+        raise OSError(errno.EBUSY, f"cannot remove cgroup {path}")
 
 
 async def remove(path: str) -> None:
     """Remove a run's cgroup, its leaves first, once its group is dead and
-    reaped. A descendant reparented to init may still be leaving: kill what
-    is listed, retry.
+    reaped. A descendant reparented to init may still be leaving: each try
+    (`cleanup.remove_cgroup`) kills what is listed, and trio sleeps 5 ms
+    between tries.
 
     Raises:
         RunnerError: `sandbox_setup` if one cannot be removed within ~1 s.
     """
-    for leaf in LEAVES:
-        await _remove_one(os.path.join(path, leaf))
-    await _remove_one(path)
-
-
-async def _remove_one(path: str) -> None:
     for _ in range(200):
-        try:
-            os.rmdir(path)
+        if remove_cgroup(path, LEAVES):
             return
-        except FileNotFoundError:
-            return
-        except OSError:
-            kill_all(path)
-            await trio.sleep(0.005)
+        await trio.sleep(0.005)
     raise RunnerError(Reason.SANDBOX_SETUP, f"cannot remove cgroup {path}")

@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from trunner import procfs
+
 LEAF_VAR = "TRUNNER_CGROUP_LEAF"
 
 #: The fixes a refusal names.
@@ -59,15 +61,12 @@ def _read(path: str) -> str:
 def own_cgroup() -> tuple[str, str, bool] | None:
     """(the cgroup2 mount point, this process's cgroup path in it, whether
     the mount is read-only), or None where there is no unified hierarchy."""
-    own = next((line[3:] for line in _read("/proc/self/cgroup").splitlines()
-                if line.startswith("0::")), None)
+    own = procfs.cgroups().get("")
     if own is None:
         return None
-    for line in _read("/proc/self/mountinfo").splitlines():
-        left, _, right = line.partition(" - ")
-        if right.split(" ", 1)[0] == "cgroup2":
-            fields = left.split(" ")
-            return fields[4], own, "ro" in fields[5].split(",")
+    for mount in procfs.mounts():
+        if mount.fstype == "cgroup2":
+            return mount.point, own, "ro" in mount.options.split(",")
     return None
 
 

@@ -45,6 +45,7 @@ import trio
 from trunner.errors import Reason, RunnerError
 from trunner.linux import watchdog
 from trunner.linux.kernel import abi
+from trunner.procfs import parent as _parent_of
 from trunner.spawn import Child, RunPipes, S, abandon, on_spawn_thread
 
 if TYPE_CHECKING:
@@ -267,14 +268,6 @@ async def _reap_stray(link: socket.socket) -> bool:
             await abandon(pid, -1, None)
             return True
     return False
-
-
-def _parent_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def _poll(fd: int) -> int:

@@ -7,7 +7,8 @@ stage can (join cgroups, take the run's ids, build the root, unshare). FD is
 its end of the control channel, a SOCK_SEQPACKET socket only the parent
 holds the other end of; the socket's peer credentials name the parent (no
 host pid in argv, which a run's leader shows as its command line). It is
-all the server holds besides /dev/null on 0-2: single-threaded, no other
+all the server holds besides /dev/null on 0 and 1 and, on 2, a pipe to the
+parent (its stderr, shown when it dies): single-threaded, no other
 descriptor, no shared mapping; it imports trunner's helper chain, the
 built-in adapters and `_socket`, and never a user's module. Its objects
 are frozen out of the garbage collector (`gc.freeze`), so a forked run's

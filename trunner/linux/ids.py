@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
+from trunner import procfs
 from trunner.errors import Reason, RunnerError
 
 DEFAULT_FIRST: Final = 0x7A000000
@@ -167,7 +168,7 @@ class HostIds:
             foreign = sorted(i for i in used if not self._held(i))
             # A run that ended between the two reads released its lock after
             # its last process was seen: look at the process again.
-            if foreign and set(foreign) & _ids_of(files.proc, str(pid), ids):
+            if foreign and set(foreign) & _ids_of(files.proc, pid, ids):
                 found.append(f"process {pid} ({name}) runs as id {foreign[0]}")
         return found
 
@@ -267,21 +268,12 @@ def _processes(proc: str, ids: range) -> list[tuple[int, str, set[int]]]:
     """(pid, name, ids of the range it holds) of each process holding one,
     as a real, effective, saved or filesystem uid or gid."""
     out = []
-    for entry in os.listdir(proc):
-        if entry.isdigit():
-            fields = _status(proc, entry)
-            used = _used(fields, ids)
-            if used and not _dead(proc, entry, fields):
-                out.append((int(entry), fields.get("Name", "").strip(), used))
+    for pid in procfs.pids(proc):
+        fields = procfs.status(pid, proc)
+        used = _used(fields, ids)
+        if used and not _dead(proc, pid):
+            out.append((pid, fields.get("Name", ""), used))
     return out
-
-
-def _status(proc: str, pid: str) -> dict[str, str]:
-    try:
-        with open(f"{proc}/{pid}/status", encoding="utf-8", errors="replace") as f:
-            return dict(line.split(":", 1) for line in f if ":" in line)
-    except (FileNotFoundError, ProcessLookupError):
-        return {}  # exited while we looked
 
 
 def _used(fields: dict[str, str], ids: range) -> set[int]:
@@ -289,24 +281,18 @@ def _used(fields: dict[str, str], ids: range) -> set[int]:
             if int(v) in ids}
 
 
-def _ids_of(proc: str, pid: str, ids: range) -> set[int]:
+def _ids_of(proc: str, pid: int, ids: range) -> set[int]:
     """The ids of the range `pid` holds now; none once it is dead or gone."""
-    fields = _status(proc, pid)
-    return set() if _dead(proc, pid, fields) else _used(fields, ids)
+    fields = procfs.status(pid, proc)
+    return set() if _dead(proc, pid) else _used(fields, ids)
 
 
 _PF_EXITING: Final = 0x4
 
 
-def _dead(proc: str, pid: str, fields: dict[str, str]) -> bool:
-    """A zombie or a process past its exit: it holds nothing but its pid. (A
-    cancelled run's pid 1, whose parent the helper was killed first, stays a
-    zombie until the host's init reaps it, in its own time.)"""
-    if fields.get("State", "").split()[:1] in (["Z"], ["X"]):
-        return True
-    try:
-        with open(f"{proc}/{pid}/stat", encoding="utf-8", errors="replace") as f:
-            flags = int(f.read().rsplit(")", 1)[1].split()[6])
-    except (OSError, IndexError, ValueError):
-        return True  # gone while we looked
-    return bool(flags & _PF_EXITING)
+def _dead(proc: str, pid: int) -> bool:
+    """A zombie or a process past its exit (or gone): it holds nothing but
+    its pid. (A cancelled run's pid 1, whose parent the helper was killed
+    first, stays a zombie until the host's init reaps it, in its own time.)"""
+    fields = procfs.stat(pid, proc)
+    return procfs.exited(fields) or bool(int(fields[procfs.FLAGS]) & _PF_EXITING)

@@ -239,13 +239,11 @@ class LandlockRuleset(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
                 list(self.port_rules))
 
 
-def _check_path(path: object, *, absolute: bool) -> str:
+def _check_path(path: object) -> str:
     if not isinstance(path, str) or not path:
         raise ValueError(f"Landlock rule path must be a non-empty str, got {path!r}")
     if "\0" in path:
         raise ValueError(f"Landlock rule path contains NUL: {path!r}")
-    if absolute and not path.startswith("/"):
-        raise ValueError(f"Landlock rule path must be absolute: {path!r}")
     return path
 
 
@@ -309,7 +307,7 @@ def plan_ruleset(
         if isinstance(group, str):
             raise ValueError(f"expected an iterable of paths, got the str {group!r}")
         for path in group:
-            _check_path(path, absolute=False)
+            _check_path(path)
             masks[path] = masks.get(path, 0) | access
     # The run's own network namespace needs no port rules: nothing but its own
     # loopback is in it.

@@ -814,8 +814,3 @@ def hashed_plan(data: dict[str, Any], host: HostPaths, env: dict[str, str]) -> d
     out["env"] = name(env)
     return out
 
-
-def field_names() -> tuple[str, ...]:
-    """`HelperPlan`'s fields, in order (equal to `abi.PLAN_FIELDS`)."""
-    return HelperPlan.__struct_fields__
-

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from trunner import procfs
 from trunner.errors import Reason
 from trunner.jail import HostSupport, ProcessLimit
 from trunner.linux import cgroup, delegation, landlock
@@ -25,9 +26,8 @@ if TYPE_CHECKING:
 
 
 def _has_seccomp_filter() -> bool:
-    status = cgroup.read_text("/proc/self/status") or ""
     actions = cgroup.read_text("/proc/sys/kernel/seccomp/actions_avail") or ""
-    return "\nSeccomp:" in status and actions != ""
+    return "Seccomp" in procfs.status("self") and actions != ""
 
 
 #: Tries unshare(CLONE_NEWUSER) and exits with its errno (0: allowed).
@@ -43,18 +43,15 @@ def container_blocks() -> list[str]:
     but for the last: under a seccomp filter, a child process tries
     unshare(CLONE_NEWUSER) (a namespace of its own, gone when it exits)."""
     found = []
-    for line in (cgroup.read_text("/proc/self/mountinfo") or "").splitlines():
-        fields = line.split(" ")
-        if len(fields) > 5 and fields[4] == "/proc/sys" and "ro" in fields[5].split(","):
-            found.append("/proc/sys is read-only (Docker: --security-opt systempaths=unconfined)")
-            break
+    if any(mount.point == "/proc/sys" and "ro" in mount.options.split(",")
+           for mount in procfs.mounts()):
+        found.append("/proc/sys is read-only (Docker: --security-opt systempaths=unconfined)")
     profile = (cgroup.read_text("/proc/self/attr/apparmor/current")
                or cgroup.read_text("/proc/self/attr/current") or "").strip()
     if profile.endswith("(enforce)"):
         found.append(f"AppArmor confines this process ({profile}), forbidding mounts"
                      " (Docker: --security-opt apparmor=unconfined)")
-    status = cgroup.read_text("/proc/self/status") or ""
-    if "\nSeccomp:\t2" in status:
+    if procfs.status("self").get("Seccomp") == "2":  # a filter
         import subprocess
 
         tried = subprocess.run([sys.executable, "-I", "-S", "-c", _TRY_USERNS], env={},

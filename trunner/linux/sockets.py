@@ -31,6 +31,8 @@ import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from trunner import procfs
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
@@ -48,24 +50,9 @@ class Found:
     entries: int = 0
 
 
-def _unescape(field: str) -> str:
-    # /proc/self/mountinfo escapes space, tab, newline and backslash as \\ooo.
-    out, i = [], 0
-    while i < len(field):
-        digits = field[i + 1:i + 4]
-        if field[i] == "\\" and len(digits) == 3 and digits.isdigit():
-            out.append(chr(int(digits, 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
 def mount_points(mountinfo: str = "/proc/self/mountinfo") -> frozenset[str]:
     """Every mount point of this process's mount namespace."""
-    with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
-        return frozenset(_unescape(line.split()[4]) for line in f if line.strip())
+    return frozenset(mount.point for mount in procfs.mounts(mountinfo))
 
 
 def find_sockets(top: str, mounts: Iterable[str] = ()) -> Found:

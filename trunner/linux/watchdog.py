@@ -17,7 +17,7 @@ unlisted once the parent has removed the dir. A group is listed at spawn and
 unlisted after its kill, before the reap, so the watchdog never names a
 recycled pgid. Both sides keep the same tables with
 `apply`, so a restarted watchdog learns them by replay. The script imports
-only the standard library and `trunner.cleanup`.
+only the standard library, `trunner.cleanup` and `trunner.procfs`.
 """
 
 from __future__ import annotations

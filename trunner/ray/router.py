@@ -20,7 +20,7 @@ import ray
 import ray.exceptions as rex
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from trunner import workdir
+from trunner import exec_checks
 from trunner.errors import Reason, RunnerError
 from trunner.invocation import Result
 from trunner.limits import Limits
@@ -106,7 +106,7 @@ class Router:
         """
         if self.spec.mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
-        request, _ = workdir.exec_request(argv, stdin, files, collect, self.spec.limits, env)
+        request, _ = exec_checks.exec_request(argv, stdin, files, collect, self.spec.limits, env)
         return wire.Call(id=self.call_id(), argv=request.argv, stdin=request.stdin,
                          files=request.files, collect=request.collect, env=request.env)
 

@@ -164,7 +164,7 @@ class Meter:
 
 
 def tree_usage(wall_s: float) -> dict[str, object]:
-    """protocol.Usage's wire map for the program's tree, once all of it is
+    """`trunner.Usage`'s wire map for the program's tree, once all of it is
     reaped: its cgroup's figures (`prog`) where the run has one; else this
     adapter's children's rusage, which is the tree's and nothing else (it
     reaped every process of it, directly or as their subreaper), but for

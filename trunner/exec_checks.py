@@ -1,5 +1,6 @@
-"""The `exec` mode, parent side, all of it: files into and out of the
-working dir, the request and the reply's checks.
+"""The `exec` mode's checks, parent side, all of them: the request's (the
+files into the working dir, argv, stdin, env, the patterns) and the reply's
+(the files out of it).
 
 Pure: `exec_request` normalises the paths (`check_files`, `check_patterns`)
 and refuses bad input with `bad_request` before anything is spawned, and
