@@ -89,15 +89,15 @@ class Router:
         self._count += 1
         return f"{self._prefix}-{self._count}"
 
-    def run_call(self, request: object) -> wire.Call:
+    def run_call(self, request: object) -> wire.RunCall:
         """A `run()` call of the pool's mode."""
         if self.spec.mode == "exec":
             raise RuntimeError("an exec pool serves `pool.exec(argv, ...)`, not `pool.run`")
-        return wire.Call(id=self.call_id(), request=wire.raw(request))
+        return wire.RunCall(id=self.call_id(), request=wire.raw(request))
 
     def exec_call(self, argv: Sequence[str], stdin: bytes,
                   files: Mapping[str, bytes | ExecFile] | None, collect: Sequence[str],
-                  env: Mapping[str, str] | None) -> wire.Call:
+                  env: Mapping[str, str] | None) -> wire.ExecCall:
         """An `exec` call, checked here as `Runner.exec` checks it, before
         any node is asked.
 
@@ -107,8 +107,8 @@ class Router:
         if self.spec.mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
         request, _ = workdir.exec_request(argv, stdin, files, collect, self.spec.limits, env)
-        return wire.Call(id=self.call_id(), argv=request.argv, stdin=request.stdin,
-                         files=request.files, collect=request.collect, env=request.env)
+        return wire.ExecCall(id=self.call_id(), argv=request.argv, stdin=request.stdin,
+                             files=request.files, collect=request.collect, env=request.env)
 
     def pick(self, exclude: frozenset[str] = frozenset()) -> Node | None:
         """The live node with the fewest calls in flight, under the bound."""
