@@ -137,11 +137,12 @@ async def test_limits_come_back_as_the_local_runner_error(nodes: Nodes) -> None:
 
 
 @pytest.mark.slow
-async def test_a_lost_node_fails_its_calls_and_the_rest_finish(nodes: Nodes) -> None:
+async def test_a_lost_node_fails_its_calls_and_the_rest_finish(
+        nodes: Nodes, node_options: dict[str, dict[str, Any]]) -> None:
     lost_root = nodes.worker_root()
     outcomes: list[str] = []
-    async with pool(nodes, in_flight_per_node=4, size_per_node=4,
-                    _node_options=nodes.options_for_worker()) as p:
+    node_options.update(nodes.options_for_worker())
+    async with pool(nodes, in_flight_per_node=4, size_per_node=4) as p:
         worker_pid = p.nodes[nodes.worker_id].pid
 
         errors: list[RunnerError] = []
@@ -309,14 +310,17 @@ async def test_close_and_kill_leave_nothing(nodes: Nodes) -> None:
 
 
 @pytest.mark.parametrize("other", ["limits", "profile"])
-async def test_nodes_with_other_rules_are_refused(nodes: Nodes, other: str) -> None:
+async def test_nodes_with_other_rules_are_refused(
+        nodes: Nodes, node_options: dict[str, dict[str, Any]], other: str) -> None:
     override: dict[str, Any] = ({"limits": LIMITS.replace(wall_time_s=21.0)} if other == "limits"
                                 else {"provider": {"ports": [8080]}})
+    node_options.update(nodes.options_for_worker(**override))
     with pytest.raises(RunnerError) as e:
-        async with pool(nodes, _node_options=nodes.options_for_worker(**override)):
+        async with pool(nodes):
             pytest.fail("started")
     assert e.value.reason is Reason.SANDBOX_SETUP
     assert "rules versions differ" in e.value.detail
+    node_options.clear()
     async with pool(nodes) as p:  # nothing held the nodes' resource
         assert len(p.nodes) == 2
 

@@ -61,8 +61,6 @@ class Spec:
     options: dict[str, Any]
     #: How many other nodes a call whose node was lost may go to.
     retry_node_lost: int = 0
-    #: Test-only: per-node overrides of `options` (and "limits"), by node id.
-    node_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(eq=False)
@@ -225,11 +223,10 @@ def spec_of(mode: str, limits: Limits | None, size_per_node: int, in_flight_per_
         raise ValueError("retry_node_lost is refused with the provider profile: a run that"
                          " can reach the network must not run twice")
     options = dict(runner_options)
-    node_options = options.pop("_node_options", {})
     if "limits" in options or "backend" in options:
         raise ValueError("pass limits as cluster_pool(limits=...); a backend cannot cross nodes")
     return Spec(mode, limits, size_per_node, in_flight_per_node, resource, cpus_per_node,
-                options, retry_node_lost, node_options)
+                options, retry_node_lost)
 
 
 def _why(hello: wire.Hello, rules_version: str) -> str:
@@ -251,8 +248,6 @@ def start_node(spec: Spec, node_id: str) -> tuple[Node, wire.Hello]:
         RunnerError: `sandbox_setup` when it is not placed or not warm
             within START_BOUND_S.
     """
-    override = dict(spec.node_options.get(node_id, {}))
-    limits = override.pop("limits", spec.limits)
     actor = NodeActor.options(  # type: ignore[attr-defined]
         num_cpus=spec.cpus_per_node,
         resources={spec.resource: 1},
@@ -260,8 +255,7 @@ def start_node(spec: Spec, node_id: str) -> tuple[Node, wire.Hello]:
         max_restarts=-1,
         max_task_retries=0,
         max_concurrency=spec.in_flight_per_node,
-    ).remote(spec.mode, wire.encode(limits), spec.size_per_node,
-             {**spec.options, **override})
+    ).remote(spec.mode, wire.encode(spec.limits), spec.size_per_node, spec.options)
     node = Node(node_id, actor, pid=0)
     try:
         hello = wire.decode_hello(ray.get(actor.hello.remote(), timeout=START_BOUND_S))
