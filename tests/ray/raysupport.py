@@ -36,7 +36,7 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from support import jailed_under, scaled, wait_until  # noqa: E402
-from trunner.ray import router  # noqa: E402
+from trunner.ray import cluster  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -199,10 +199,10 @@ def node_options(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
     with: Runner options, and "limits". Fill it before a pool starts (or
     picks the node up): that node is then set up other than the rest, as a
     node of another install or config would be. The driver's
-    `router.start_node` starts its actor with that spec (a test hook, kept
+    `cluster.start_node` starts its actor with that spec (a test hook, kept
     out of trunner's own types)."""
     overrides: dict[str, dict[str, Any]] = {}
-    start_node = router.start_node
+    start_node = cluster.start_node
 
     def start_overridden(spec: Spec, node_id: str) -> tuple[Node, wire.Hello]:
         override = dict(overrides.get(node_id, {}))
@@ -211,7 +211,7 @@ def node_options(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
                                        options={**spec.options, **override})
         return start_node(spec, node_id)
 
-    monkeypatch.setattr(router, "start_node", start_overridden)
+    monkeypatch.setattr(cluster, "start_node", start_overridden)
     return overrides
 
 

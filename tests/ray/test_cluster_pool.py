@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -250,6 +252,51 @@ async def test_a_new_node_is_picked_up(nodes: Nodes) -> None:
                 for i in range(24):
                     n.start_soon(one, i)
             assert (await p.node_stats())[new_id].served > 0
+    finally:
+        if extra is not None:
+            nodes.cluster.remove_node(extra)
+
+
+@pytest.mark.parametrize("front", ["trio", "asyncio"])
+async def test_a_node_joining_at_the_close_is_closed_with_the_rest(nodes: Nodes,
+                                                                   front: str) -> None:
+    """The pool closes while a new node's actor is starting: the close waits
+    for that join, then closes the actor with the rest. (AsyncioPool's close
+    cancelled the join: the actor lived on past the close, warming a jailed
+    pool, until its start ended and Ray dropped the handle.)"""
+    extra: Any = None
+    pools: list[ClusterPool | AsyncioPool] = []
+
+    def joining() -> bool:
+        return extra is not None and extra.node_id in pools[0]._router.joining
+
+    try:
+        if front == "trio":
+            async with pool(nodes) as p:
+                pools.append(p)
+                extra = nodes.cluster.add_node(**NODE_ARGS)
+                await wait_until(joining, 30, "the new node joining")
+        else:
+            opened = threading.Event()
+
+            async def main() -> None:
+                async with AsyncioPool("exec", limits=LIMITS, size_per_node=2,
+                                       temp_root=str(nodes.jail_root)) as p:
+                    own(p)
+                    pools.append(p)
+                    opened.set()
+                    await asyncio_wait_until(joining, 60, "the new node joining")
+
+            async with trio.open_nursery() as n:
+                n.start_soon(partial(trio.to_thread.run_sync, asyncio.run, main()))
+                await wait_until(opened.is_set, 60, "the asyncio pool open")
+                extra = nodes.cluster.add_node(**NODE_ARGS)  # (Ray's main thread only)
+        # Back from the close: every actor the pool started is ended, that
+        # one too, and its jails are gone, not left to Ray and the watchdog.
+        assert jailed_under(str(nodes.jail_root)) == []
+        assert pools[0].nodes[extra.node_id].state == "dead"
+        await wait_until(lambda: ray.available_resources().get("trunner", 0) == 3, 10,
+                         lambda: f"every node's resource free: {ray.available_resources()}")
     finally:
         if extra is not None:
             nodes.cluster.remove_node(extra)
