@@ -14,6 +14,7 @@ RAY_TMPDIR; never `ray stop`, which would end every Ray on the host.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -35,9 +36,13 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from support import jailed_under, scaled, wait_until  # noqa: E402
+from trunner.ray import cluster  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+
+    from trunner.ray import wire
+    from trunner.ray.router import Node, Spec
 
 NODE_ARGS: dict[str, Any] = {
     "num_cpus": 1,
@@ -72,6 +77,8 @@ class Nodes:
         return root
 
     def options_for_worker(self, **more: Any) -> dict[str, dict[str, Any]]:
+        """`node_options` for the worker node: its own jail root (`worker_root`),
+        and `more`."""
         return {self.worker_id: {"temp_root": str(self.worker_root()), **more}}
 
     def replace_worker(self) -> None:
@@ -184,6 +191,28 @@ def nodes() -> Iterator[Nodes]:
             shutil.rmtree(tmpdir, ignore_errors=True)
             shutil.rmtree(jail_root, ignore_errors=True)
     assert not left, f"Ray processes outlived the cluster: {left}"
+
+
+@pytest.fixture
+def node_options(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
+    """Per-node overrides, by Ray node id, of what the pools' actors start
+    with: Runner options, and "limits". Fill it before a pool starts (or
+    picks the node up): that node is then set up other than the rest, as a
+    node of another install or config would be. The driver's
+    `cluster.start_node` starts its actor with that spec (a test hook, kept
+    out of trunner's own types)."""
+    overrides: dict[str, dict[str, Any]] = {}
+    start_node = cluster.start_node
+
+    def start_overridden(spec: Spec, node_id: str) -> tuple[Node, wire.Hello]:
+        override = dict(overrides.get(node_id, {}))
+        if override:
+            spec = dataclasses.replace(spec, limits=override.pop("limits", spec.limits),
+                                       options={**spec.options, **override})
+        return start_node(spec, node_id)
+
+    monkeypatch.setattr(cluster, "start_node", start_overridden)
+    return overrides
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -137,11 +139,12 @@ async def test_limits_come_back_as_the_local_runner_error(nodes: Nodes) -> None:
 
 
 @pytest.mark.slow
-async def test_a_lost_node_fails_its_calls_and_the_rest_finish(nodes: Nodes) -> None:
+async def test_a_lost_node_fails_its_calls_and_the_rest_finish(
+        nodes: Nodes, node_options: dict[str, dict[str, Any]]) -> None:
     lost_root = nodes.worker_root()
     outcomes: list[str] = []
-    async with pool(nodes, in_flight_per_node=4, size_per_node=4,
-                    _node_options=nodes.options_for_worker()) as p:
+    node_options.update(nodes.options_for_worker())
+    async with pool(nodes, in_flight_per_node=4, size_per_node=4) as p:
         worker_pid = p.nodes[nodes.worker_id].pid
 
         errors: list[RunnerError] = []
@@ -254,6 +257,51 @@ async def test_a_new_node_is_picked_up(nodes: Nodes) -> None:
             nodes.cluster.remove_node(extra)
 
 
+@pytest.mark.parametrize("front", ["trio", "asyncio"])
+async def test_a_node_joining_at_the_close_is_closed_with_the_rest(nodes: Nodes,
+                                                                   front: str) -> None:
+    """The pool closes while a new node's actor is starting: the close waits
+    for that join, then closes the actor with the rest. (AsyncioPool's close
+    cancelled the join: the actor lived on past the close, warming a jailed
+    pool, until its start ended and Ray dropped the handle.)"""
+    extra: Any = None
+    pools: list[ClusterPool | AsyncioPool] = []
+
+    def joining() -> bool:
+        return extra is not None and extra.node_id in pools[0]._router.joining
+
+    try:
+        if front == "trio":
+            async with pool(nodes) as p:
+                pools.append(p)
+                extra = nodes.cluster.add_node(**NODE_ARGS)
+                await wait_until(joining, 30, "the new node joining")
+        else:
+            opened = threading.Event()
+
+            async def main() -> None:
+                async with AsyncioPool("exec", limits=LIMITS, size_per_node=2,
+                                       temp_root=str(nodes.jail_root)) as p:
+                    own(p)
+                    pools.append(p)
+                    opened.set()
+                    await asyncio_wait_until(joining, 60, "the new node joining")
+
+            async with trio.open_nursery() as n:
+                n.start_soon(partial(trio.to_thread.run_sync, asyncio.run, main()))
+                await wait_until(opened.is_set, 60, "the asyncio pool open")
+                extra = nodes.cluster.add_node(**NODE_ARGS)  # (Ray's main thread only)
+        # Back from the close: every actor the pool started is ended, that
+        # one too, and its jails are gone, not left to Ray and the watchdog.
+        assert jailed_under(str(nodes.jail_root)) == []
+        assert pools[0].nodes[extra.node_id].state == "dead"
+        await wait_until(lambda: ray.available_resources().get("trunner", 0) == 3, 10,
+                         lambda: f"every node's resource free: {ray.available_resources()}")
+    finally:
+        if extra is not None:
+            nodes.cluster.remove_node(extra)
+
+
 async def test_a_cancelled_call_leaves_no_jailed_process(nodes: Nodes) -> None:
     async with pool(nodes) as p:
         with trio.CancelScope() as scope:
@@ -309,14 +357,17 @@ async def test_close_and_kill_leave_nothing(nodes: Nodes) -> None:
 
 
 @pytest.mark.parametrize("other", ["limits", "profile"])
-async def test_nodes_with_other_rules_are_refused(nodes: Nodes, other: str) -> None:
+async def test_nodes_with_other_rules_are_refused(
+        nodes: Nodes, node_options: dict[str, dict[str, Any]], other: str) -> None:
     override: dict[str, Any] = ({"limits": LIMITS.replace(wall_time_s=21.0)} if other == "limits"
                                 else {"provider": {"ports": [8080]}})
+    node_options.update(nodes.options_for_worker(**override))
     with pytest.raises(RunnerError) as e:
-        async with pool(nodes, _node_options=nodes.options_for_worker(**override)):
+        async with pool(nodes):
             pytest.fail("started")
     assert e.value.reason is Reason.SANDBOX_SETUP
     assert "rules versions differ" in e.value.detail
+    node_options.clear()
     async with pool(nodes) as p:  # nothing held the nodes' resource
         assert len(p.nodes) == 2
 

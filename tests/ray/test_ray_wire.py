@@ -32,10 +32,42 @@ async def test_an_unknown_reason_is_an_internal_error() -> None:
     assert "from_a_newer_node" in back.detail
 
 
-async def test_a_call_and_a_success_round_trip() -> None:
-    call = wire.Call(id="a-1", argv=["cat"], stdin=b"\0x", files={"f": ExecFile(data=b"1")},
-                     collect=["*.txt"], env={"K": "V"})
-    assert wire.decode_call(wire.encode(call)) == call
+CALLS = [
+    pytest.param(wire.ExecCall(id="a-1", argv=["cat"], stdin=b"\0x",
+                               files={"f": ExecFile(data=b"1")}, collect=["*.txt"],
+                               env={"K": "V"}), id="exec"),
+    pytest.param(wire.ExecCall(id="a-2", argv=["true"]), id="exec-defaults"),
+    pytest.param(wire.RunCall(id="a-3", request=wire.raw({"n": [1, 2]})), id="run"),
+    pytest.param(wire.RunCall(id="a-4"), id="run-none"),
+]
+
+
+@pytest.mark.parametrize("call", CALLS)
+async def test_a_call_round_trips_as_its_own_kind(call: wire.Call) -> None:
+    back = wire.decode_call(wire.encode(call))
+    assert type(back) is type(call)
+    assert back == call
+
+
+async def test_a_call_is_tagged_by_its_kind() -> None:
+    assert msgspec.msgpack.decode(wire.encode(wire.RunCall(id="r"))) == \
+        {"type": "run", "id": "r", "request": None}
+    assert msgspec.msgpack.decode(wire.encode(wire.ExecCall(id="e", argv=["true"])))["type"] \
+        == "exec"
+
+
+@pytest.mark.parametrize(("body", "match"), [
+    pytest.param({"type": "call", "id": "x", "argv": ["true"]},
+                 r"Invalid value 'call' - at `\$.type`", id="the-old-call-tag"),
+    pytest.param({"id": "x", "argv": ["true"]}, "missing required field `type`", id="no-tag"),
+    pytest.param({"type": "exec", "id": "x"}, "missing required field `argv`", id="exec-no-argv"),
+])
+async def test_a_call_of_neither_kind_does_not_decode(body: dict[str, object], match: str) -> None:
+    with pytest.raises(msgspec.ValidationError, match=match):
+        wire.decode_call(msgspec.msgpack.encode(body))
+
+
+async def test_a_success_round_trips() -> None:
     result = ExecResult(exit_code=0, signal=None, stdout=b"out", stderr=b"")
     success = wire.Success(response=msgspec.Raw(wire.encode(result)), rules_version="v",
                            usage=USAGE)

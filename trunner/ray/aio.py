@@ -1,21 +1,23 @@
 """`AsyncioPool`: `cluster_pool` for asyncio callers (a Ray actor, an RL
-rollout loop), on the same router (trunner.ray.router). Ray's object refs
-are awaitable in asyncio; the start and the close run in a worker thread.
+rollout loop): the asyncio loops over the same router (trunner.ray.router),
+which decides. Ray's object refs are awaitable in asyncio; the start, the
+close and the look for new nodes (trunner.ray.cluster) run in a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import ray.exceptions as rex
 
+from trunner.errors import RunnerError
 from trunner.protocol import ExecResult
-from trunner.ray import router, wire
+from trunner.ray import cluster, router, wire
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Coroutine, Mapping, Sequence
 
     from trunner.invocation import Result
     from trunner.limits import Limits
@@ -35,9 +37,9 @@ class AsyncioPool:
             mode, limits, size_per_node, in_flight_per_node, resource, cpus_per_node,
             retry_node_lost, runner_options))
         self._changed = asyncio.Event()
-        self._open = False
-        self._tasks: set[asyncio.Task[None]] = set()
         self._watcher: asyncio.Task[None] | None = None
+        self._pings: set[asyncio.Task[None]] = set()
+        self._joins: set[asyncio.Task[None]] = set()
 
     @property
     def rules_version(self) -> str:
@@ -62,24 +64,28 @@ class AsyncioPool:
         return out
 
     async def __aenter__(self) -> AsyncioPool:
-        nodes, version = await asyncio.to_thread(router.start_all, self._router.spec)
-        self._router.rules_version = version
-        self._router.nodes = {n.id: n for n in nodes}
-        self._open = True
+        nodes, version = await asyncio.to_thread(cluster.start_all, self._router.spec)
+        self._router.opened(nodes, version, asyncio.get_running_loop().time())
         self._watcher = asyncio.create_task(self._watch())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self._open = False
-        self._notify()
         assert self._watcher is not None
-        for task in (self._watcher, *self._tasks):
+        self._watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._watcher
+        for task in [*self._pings]:
             task.cancel()
-        for task in (self._watcher, *self._tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await asyncio.shield(asyncio.to_thread(router.close_all,
-                                               list(self._router.nodes.values())))
+        try:
+            # A join in flight ends first (its thread cannot be cancelled), so
+            # its node is closed with the rest; one that ends after the
+            # close (this wait cancelled) kills its own (router.joined).
+            if self._pings or self._joins:
+                await asyncio.wait([*self._pings, *self._joins])
+        finally:
+            closing = self._router.close()
+            self._notify()
+            await asyncio.shield(asyncio.to_thread(cluster.close_all, closing))
 
     async def run(
         self, request: object = None, *, response_type: Any = Any  # noqa: ANN401  a msgspec type form
@@ -95,13 +101,18 @@ class AsyncioPool:
         result: Result[ExecResult] = await self._call(call, ExecResult)
         return result
 
+    # -- the loops: the router decides, these wait ----------------------------------
+
     async def _call(self, call: wire.Call, response_type: Any) -> Result[Any]:  # noqa: ANN401
-        if not self._open:
+        if not self._router.is_open:
             raise RuntimeError("use the pool inside `async with AsyncioPool(...)`")
         payload = wire.encode(call)
         tried: frozenset[str] = frozenset()
         while True:
-            node = await self._admit(tried)
+            node = self._router.admit(tried)
+            if node is None:
+                await self._changed.wait()
+                continue
             try:
                 data = await self._ask(node, call.id, payload)
             except rex.RayError as e:
@@ -111,15 +122,6 @@ class AsyncioPool:
                 self._router.release(node)
                 self._notify()
             return self._router.result(node, data, response_type)
-
-    async def _admit(self, tried: frozenset[str]) -> router.Node:
-        while True:
-            node = self._router.pick(tried)
-            if node is not None:
-                return node
-            if self._router.hopeless(tried):
-                raise self._router.no_node()
-            await self._changed.wait()
 
     async def _ask(self, node: router.Node, call_id: str, payload: bytes) -> bytes:
         ref = node.actor.call.remote(payload)
@@ -138,51 +140,49 @@ class AsyncioPool:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def _spawn(self, coro: Any) -> None:  # noqa: ANN401  a coroutine
+    def _spawn(self, tasks: set[asyncio.Task[None]], coro: Coroutine[object, object, None]
+               ) -> None:
         task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def _watch(self) -> None:
-        pinging: set[str] = set()
-        joining: set[str] = set()
         loop = asyncio.get_running_loop()
-        next_look = loop.time() + router.DISCOVER_S
         while True:
             await asyncio.sleep(router.PING_S)
-            for node in list(self._router.nodes.values()):
-                if node.state == "suspect" and node.id not in pinging:
-                    pinging.add(node.id)
-                    self._spawn(self._ping(node, pinging))
-            if loop.time() >= next_look:
-                next_look = loop.time() + router.DISCOVER_S
-                try:
-                    ids = await asyncio.to_thread(router.candidates, self._router.spec.resource)
-                except rex.RayError:
-                    continue
-                for node_id in self._router.new(ids, joining):
-                    joining.add(node_id)
-                    self._spawn(self._join(node_id, joining))
+            for step in self._router.due(loop.time()):
+                match step:
+                    case router.Ping(node):
+                        self._spawn(self._pings, self._ping(node))
+                    case router.Look():
+                        try:
+                            ids = await asyncio.to_thread(cluster.candidates,
+                                                          self._router.spec.resource)
+                        except rex.RayError:
+                            continue  # looked at again when due
+                        for node_id in self._router.found(ids):
+                            self._spawn(self._joins, self._join(node_id))
+                    case unreachable:
+                        assert_never(unreachable)
 
-    async def _ping(self, node: router.Node, pinging: set[str]) -> None:
+    async def _ping(self, node: router.Node) -> None:
+        reply: bytes | BaseException | None = None
         try:
-            data = await asyncio.wait_for(node.actor.hello.remote(), router.PING_BOUND_S)
-            self._router.answered(node, wire.decode_hello(data))
+            reply = await asyncio.wait_for(node.actor.hello.remote(), router.PING_BOUND_S)
         except TimeoutError:
             pass
         except rex.RayError as e:
-            self._router.pinged_dead(node, e)
+            reply = e
         finally:
-            pinging.discard(node.id)
+            self._router.pinged(node, reply)
             self._notify()
 
-    async def _join(self, node_id: str, joining: set[str]) -> None:
+    async def _join(self, node_id: str) -> None:
+        started: tuple[router.Node, wire.Hello] | RunnerError
         try:
-            node, hello = await asyncio.to_thread(router.start_node, self._router.spec, node_id)
-        except Exception as e:
-            self._router.refused[node_id] = str(e)
-        else:
-            self._router.add(node, hello)
-        finally:
-            joining.discard(node_id)
-            self._notify()
+            started = await asyncio.to_thread(cluster.start_node, self._router.spec, node_id)
+        except RunnerError as e:
+            started = e
+        if (unused := self._router.joined(node_id, started)) is not None:
+            cluster.kill(unused)
+        self._notify()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import msgspec
 import trio
@@ -196,13 +196,16 @@ class NodeServer:
         assert pool is not None
         try:
             result: Result[Any]
-            if call.argv is not None:
-                result = await pool.exec(call.argv, stdin=call.stdin, files=call.files,
-                                         collect=call.collect, env=call.env)
-                response = msgspec.Raw(wire.encode(result.response))
-            else:
-                result = await pool.run(call.request, response_type=msgspec.Raw)
-                response = result.response
+            match call:
+                case wire.ExecCall():
+                    result = await pool.exec(call.argv, stdin=call.stdin, files=call.files,
+                                             collect=call.collect, env=call.env)
+                    response = msgspec.Raw(wire.encode(result.response))
+                case wire.RunCall():
+                    result = await pool.run(call.request, response_type=msgspec.Raw)
+                    response = result.response
+                case unreachable:
+                    assert_never(unreachable)
             return wire.encode(wire.Success(response=response,
                                             rules_version=result.rules_version,
                                             usage=result.usage))

@@ -1,23 +1,25 @@
 """`cluster_pool`: a trunner pool on every Ray node that carries the
 resource, used from trio as one pool.
 
-Ray's object refs are awaited without a thread: `ObjectRef.future()`'s
-done-callback wakes the trio task through its `TrioToken`. The start, the
-close and the look for new nodes talk to Ray's GCS in a worker thread.
+The trio loops over the router (trunner.ray.router), which decides: this
+module only waits and does what its steps say. Ray's object refs are
+awaited without a thread: `ObjectRef.future()`'s done-callback wakes the
+trio task through its `TrioToken`. The start, the close and the look for
+new nodes talk to Ray's GCS (trunner.ray.cluster) in a worker thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import ray.exceptions as rex
 import trio
 
 from trunner.errors import RunnerError
 from trunner.protocol import ExecResult
-from trunner.ray import router, wire
+from trunner.ray import cluster, router, wire
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
@@ -68,9 +70,6 @@ class ClusterPool:
     def __init__(self, spec: router.Spec) -> None:
         self._router = router.Router(spec)
         self._changed = trio.Event()
-        self._open = False
-        self._pinging: set[str] = set()
-        self._joining: set[str] = set()
 
     @property
     def rules_version(self) -> str:
@@ -96,11 +95,8 @@ class ClusterPool:
 
     @asynccontextmanager
     async def _running(self) -> AsyncIterator[ClusterPool]:
-        spec = self._router.spec
-        nodes, version = await trio.to_thread.run_sync(router.start_all, spec)
-        self._router.rules_version = version
-        self._router.nodes = {n.id: n for n in nodes}
-        self._open = True
+        nodes, version = await trio.to_thread.run_sync(cluster.start_all, self._router.spec)
+        self._router.opened(nodes, version, trio.current_time())
         raised: BaseException | None = None
         try:
             async with trio.open_nursery() as nursery:
@@ -110,12 +106,14 @@ class ClusterPool:
                 except BaseException as e:  # re-raised below, outside the nursery
                     raised = e
                 finally:
+                    # Pings end here; a join in flight ends first (its thread
+                    # cannot be abandoned), so its node is closed with the rest.
                     nursery.cancel_scope.cancel(reason="the cluster pool was closed")
         finally:
-            self._open = False
+            closing = self._router.close()
             self._notify()
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(router.close_all, list(self._router.nodes.values()))
+                await trio.to_thread.run_sync(cluster.close_all, closing)
         if raised is not None:
             try:
                 raise raised
@@ -148,13 +146,18 @@ class ClusterPool:
         result: Result[ExecResult] = await self._call(call, ExecResult)
         return result
 
+    # -- the loops: the router decides, these wait ----------------------------------
+
     async def _call(self, call: wire.Call, response_type: Any) -> Result[Any]:  # noqa: ANN401
-        if not self._open:
+        if not self._router.is_open:
             raise RuntimeError("use the pool inside `async with cluster_pool(...)`")
         payload = wire.encode(call)
         tried: frozenset[str] = frozenset()
         while True:
-            node = await self._admit(tried)
+            node = self._router.admit(tried)
+            if node is None:
+                await self._changed.wait()
+                continue
             try:
                 data = await self._ask(node, call.id, payload)
             except rex.RayError as e:
@@ -164,16 +167,6 @@ class ClusterPool:
                 self._router.release(node)
                 self._notify()
             return self._router.result(node, data, response_type)
-
-    async def _admit(self, tried: frozenset[str]) -> router.Node:
-        while True:
-            node = self._router.pick(tried)
-            if node is not None:
-                return node
-            if self._router.hopeless(tried):
-                raise self._router.no_node()
-            changed = self._changed
-            await changed.wait()
 
     async def _ask(self, node: router.Node, call_id: str, payload: bytes) -> bytes:
         ref = node.actor.call.remote(payload)
@@ -192,49 +185,44 @@ class ClusterPool:
         self._changed = trio.Event()
 
     async def _watch(self, nursery: trio.Nursery) -> None:
-        """Ping suspect nodes; pick up new ones."""
-        next_look = trio.current_time() + router.DISCOVER_S
         while True:
             await trio.sleep(router.PING_S)
-            for node in list(self._router.nodes.values()):
-                if node.state == "suspect" and node.id not in self._pinging:
-                    self._pinging.add(node.id)
-                    nursery.start_soon(self._ping, node)
-            if trio.current_time() >= next_look:
-                next_look = trio.current_time() + router.DISCOVER_S
-                try:
-                    ids = await trio.to_thread.run_sync(router.candidates,
-                                                        self._router.spec.resource)
-                except rex.RayError:
-                    continue
-                for node_id in self._router.new(ids, self._joining):
-                    self._joining.add(node_id)
-                    nursery.start_soon(self._join, node_id)
+            for step in self._router.due(trio.current_time()):
+                match step:
+                    case router.Ping(node):
+                        nursery.start_soon(self._ping, node)
+                    case router.Look():
+                        try:
+                            ids = await trio.to_thread.run_sync(cluster.candidates,
+                                                                self._router.spec.resource)
+                        except rex.RayError:
+                            continue  # looked at again when due
+                        for node_id in self._router.found(ids):
+                            nursery.start_soon(self._join, node_id)
+                    case unreachable:
+                        assert_never(unreachable)
 
     async def _ping(self, node: router.Node) -> None:
+        reply: bytes | BaseException | None = None
         try:
             with trio.move_on_after(router.PING_BOUND_S):
-                hello = wire.decode_hello(await _wait(node.actor.hello.remote()))
-                self._router.answered(node, hello)
+                reply = await _wait(node.actor.hello.remote())
         except rex.RayError as e:
-            self._router.pinged_dead(node, e)
+            reply = e
         finally:
-            self._pinging.discard(node.id)
+            self._router.pinged(node, reply)
             self._notify()
 
     async def _join(self, node_id: str) -> None:
+        started: tuple[router.Node, wire.Hello] | RunnerError
         try:
-            node, hello = await trio.to_thread.run_sync(router.start_node, self._router.spec,
-                                                        node_id)
+            started = await trio.to_thread.run_sync(cluster.start_node, self._router.spec,
+                                                    node_id)
         except RunnerError as e:
-            self._router.refused[node_id] = str(e)
-        else:
-            self._router.add(node, hello)
-            if not self._open:
-                await trio.to_thread.run_sync(router.close_all, [node])
-        finally:
-            self._joining.discard(node_id)
-            self._notify()
+            started = e
+        if (unused := self._router.joined(node_id, started)) is not None:
+            cluster.kill(unused)
+        self._notify()
 
 
 async def _wait(ref: Any) -> bytes:  # noqa: ANN401  a Ray ObjectRef

@@ -1,10 +1,12 @@
 """What crosses between the driver and a node's actor: msgpack bytes of
 trunner's own structs, never cloudpickle.
 
-Sans-IO: imports neither ray nor trio. A call is one `Call`; its answer is
-one `Success` (the response kept as raw msgpack, decoded on the driver with
-the caller's `response_type`) or one `Failure` (a `RunnerError`, field for
-field). Tags are explicit, so renaming a class cannot change the wire.
+Sans-IO: imports neither ray nor trio. A call is one `RunCall` or one
+`ExecCall` (a tagged union: the tag says which, never which fields are
+set); its answer is one `Success` (the response kept as raw msgpack,
+decoded on the driver with the caller's `response_type`) or one `Failure`
+(a `RunnerError`, field for field). Tags are explicit, so renaming a class
+cannot change the wire.
 """
 
 from typing import Any
@@ -17,16 +19,25 @@ from trunner.protocol import ExecFile, Usage
 _NIL = msgspec.Raw(b"\xc0")  # msgpack nil
 
 
-class Call(msgspec.Struct, tag="call", frozen=True, kw_only=True):
-    """One invocation: `exec` when `argv` is set, else `run(request)`."""
+class RunCall(msgspec.Struct, tag="run", frozen=True, kw_only=True):
+    """`pool.run(request)` of the pool's mode: the request as msgpack (`raw`)."""
 
     id: str
-    argv: list[str] | None = None
+    request: msgspec.Raw = _NIL
+
+
+class ExecCall(msgspec.Struct, tag="exec", frozen=True, kw_only=True):
+    """`pool.exec(argv, ...)`, checked on the driver as `Runner.exec` checks it."""
+
+    id: str
+    argv: list[str]
     stdin: bytes = b""
     files: dict[str, ExecFile] = {}
     collect: list[str] = []
     env: dict[str, str] = {}
-    request: msgspec.Raw = _NIL
+
+
+Call = RunCall | ExecCall
 
 
 class Success(msgspec.Struct, tag="success", frozen=True, kw_only=True):
