@@ -1,12 +1,17 @@
 """The helper's plan: every layer mandatory, every failure closed and reported
 on a channel the adapter cannot write. Real helpers on the real kernel; the
-plans are built by the real backend and then broken on purpose."""
+plans are built by the real backend and then broken on purpose: each step is
+refused by planting an item the kernel (or the step's own check) refuses,
+never by a hook in the plan."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import marshal
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -20,21 +25,28 @@ from conftest import child_pids
 from support import plan_for, scaled
 from trunner import Limits, Reason, Runner, RunnerError
 from trunner.jail import HostSupport
+from trunner.linux import helper
 from trunner.linux.backend import LinuxBackend, LinuxJail
 from trunner.linux.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.linux.kernel import abi
-from trunner.linux.plan import HelperPlan, PidsCgroup, Rlimit
+from trunner.linux.plan import (
+    Bind,
+    CpuCgroup,
+    Devpts,
+    HelperPlan,
+    MemoryCgroup,
+    PathRule,
+    PidsCgroup,
+    Rlimit,
+    RlimitNproc,
+    Sysctl,
+)
 from trunner.linux.probe import probe_host
 from trunner.linux.profile import DEFAULT_PROFILE
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-STEPS = ["env", "process_limit", "memory", "cpu", "rlimits", "build_namespace", "ipc", "root",
-         "identity", "namespaces", "loopback", "jail_processes", "parent_death",
-         "pid_namespace", "proc", "capabilities", "descriptors", "no_new_privs", "landlock",
-         "seccomp"]
 
 
 class PlanEditing(LinuxBackend):
@@ -75,26 +87,162 @@ async def refusal(runner: Runner) -> RunnerError:
     return info.value
 
 
-@pytest.mark.parametrize("step", STEPS)
-async def test_each_setup_step_fails_closed(jail_root: Path, step: str) -> None:
-    e = await refusal(runner_on(jail_root, _edited(fail_at=step)(locate_worker())))
-    assert e.reason is Reason.SANDBOX_SETUP
-    assert e.exit_status == SANDBOX_SETUP_EXIT
-    assert e.detail == f"{step}: forced failure (plan fail_at={step})"
-
-
-async def test_process_count_failure_is_its_own_reason(jail_root: Path) -> None:
-    e = await refusal(runner_on(jail_root, _edited(fail_at="process_count")(locate_worker())))
-    assert e.reason is Reason.PROCESS_COUNT
-    assert e.exit_status == PROCESS_COUNT_EXIT
-
-
-# -- real failures, not the hook -----------------------------------------------
-
-
 def _edited(**changes: Any) -> type[PlanEditing]:
     return type("Edited", (PlanEditing,), {
         "edit": staticmethod(lambda plan: msgspec.structs.replace(plan, **changes))})
+
+
+# -- each step refused, by an item it cannot apply --------------------------------
+
+#: Not a directory anywhere (the host's, the jail's).
+MISSING = "/nonexistent/trunner-test"
+#: A limit on the run's processes below which fork fails: the hard limit the
+#: helper inherits, or 2**20 where there is none.
+_NPROC = min(resource.getrlimit(resource.RLIMIT_NPROC)[1] & ((1 << 63) - 1), 1 << 20)
+
+
+def _nproc_above_its_hard_limit(plan: HelperPlan) -> HelperPlan:
+    """The jail's RLIMIT_NPROC above the hard limit the plan's own rlimits set:
+    only CAP_SYS_RESOURCE in the host's namespace may raise one, and the jail's
+    user namespace gives none there."""
+    return msgspec.structs.replace(
+        plan, rlimits=(*plan.rlimits, Rlimit(resource=resource.RLIMIT_NPROC, soft=_NPROC,
+                                             hard=_NPROC)),
+        jail_nproc=_NPROC + 1)
+
+
+def _with(**changes: Callable[[HelperPlan], object]) -> Callable[[HelperPlan], HelperPlan]:
+    return lambda plan: msgspec.structs.replace(
+        plan, **{name: change(plan) for name, change in changes.items()})
+
+
+#: For each step of the helper's chain: a plan item it refuses, and the start of
+#: its refusal. In the helper: the cgroups, limits and namespaces; in pid 2
+#: (after the fork), proc, landlock and seccomp.
+REFUSALS: dict[str, tuple[Callable[[HelperPlan], HelperPlan], str]] = {
+    # The jail's environment (the backend's) has names the plan does not allow.
+    "env": (_with(env=lambda _: ()), "env: unexpected variables "),
+    # A cgroup that is not there: its limit file cannot be written.
+    "process_limit": (_with(process_limit=lambda _: PidsCgroup(cgroup=MISSING, max=32)),
+                      f"process_limit: {MISSING}/pids.max: No such file or directory"
+                      " (errno 2)"),
+    "memory": (_with(memory=lambda _: MemoryCgroup(cgroup=MISSING, bytes=64 << 20,
+                                                   socket_bytes=64 << 20)),
+               f"memory: {MISSING}/{abi.PROG_CGROUP}/memory.limit_in_bytes: No such file"),
+    "cpu": (_with(cpu=lambda _: CpuCgroup(cgroup=MISSING)),
+            f"cpu: {MISSING}/{abi.PROG_CGROUP}/cpuacct.usage: No such file"),
+    # No such resource.
+    "rlimits": (_with(rlimits=lambda p: (*p.rlimits, Rlimit(resource=999, soft=0, hard=0))),
+                "rlimits: setrlimit(999, 0, 0): Invalid argument"),
+    # A host uid the kernel cannot map (-1 is no id).
+    "build_namespace": (_with(build_userns=lambda _: True, uid=lambda _: -1),
+                        "build_namespace: /proc/self/uid_map: Invalid argument"),
+    # No such sysctl in the IPC namespace (as root written by the helper, else
+    # by its child in a user namespace, which reports the exception).
+    "ipc": (_with(ipc_limits=lambda p: (*p.ipc_limits, Sysctl(name="no_such_sysctl", value="1"))),
+            "ipc: "),
+    "root": (_with(root_ops=lambda p: (*p.root_ops, Bind(source=MISSING, path=MISSING))),
+             f"root: bind({MISSING}): No such file or directory"),
+    # Host uid 0: never a jail's.
+    "identity": (_with(uid=lambda _: 0, gid=lambda _: 0),
+                 "identity: a jail never runs as host uid or gid 0"),
+    # CLONE_PARENT is no namespace: unshare refuses it.
+    "namespaces": (_with(unshare_flags=lambda p: p.unshare_flags | 0x8000),
+                   "namespaces: unshare: Invalid argument"),
+    "loopback": (_with(loopback=lambda _: "down"),
+                 "loopback: 'down' does not fit the plan's namespaces"),
+    "jail_processes": (_nproc_above_its_hard_limit,
+                       f"jail_processes: setrlimit({resource.RLIMIT_NPROC}, {_NPROC + 1},"
+                       f" {_NPROC + 1}): Operation not permitted"),
+    # A plan never given its run's values (`plan.for_run`): no parent pid.
+    "parent_death": (_with(parent_pid=lambda _: 0),
+                     "parent_death: the parent exited before the signal was armed"),
+    # The jail's RLIMIT_NPROC of 1: the helper itself, so it cannot fork pid 1.
+    "pid_namespace": (_with(jail_nproc=lambda _: 1),
+                      "pid_namespace: Resource temporarily unavailable"),
+    "proc": (_with(proc_ops=lambda p: (*p.proc_ops, Devpts(path=MISSING, ptmx_mode=0o666,
+                                                           mode=0o620, max=1))),
+             f"proc: mount({MISSING}): No such file or directory"),
+    "landlock": (_with(landlock=lambda p: msgspec.structs.replace(p.landlock, paths=(
+        *p.landlock.paths, PathRule(path=MISSING, dir_access=abi.ACCESS_FS_READ_FILE,
+                                    file_access=abi.ACCESS_FS_READ_FILE)))),
+                 f"landlock: landlock_add_rule({MISSING}): No such file or directory"),
+    # One instruction, and no return: the kernel refuses the program.
+    "seccomp": (_with(seccomp_bpf=lambda _: bytes(8)),
+                "seccomp: seccomp(SECCOMP_SET_MODE_FILTER): Invalid argument"),
+}
+#: Steps no plan item can make fail: they read nothing from the plan (the
+#: waiter's path is the install's; the capabilities dropped are all of them;
+#: the descriptors are the spawn's; NO_NEW_PRIVS cannot be refused).
+NO_PLAN_ITEM = ("waiter", "capabilities", "descriptors", "no_new_privs")
+
+
+def test_every_step_is_refused_by_an_item_or_reads_none() -> None:
+    """Each step of the helper's chain (its `steps` list) has its refusal
+    above, or is named as one that reads nothing from the plan: a new step
+    must say which."""
+    tree = ast.parse(inspect.getsource(helper))
+    steps = next(node.value for node in ast.walk(tree)
+                 if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                 and node.target.id == "steps")
+    assert isinstance(steps, ast.List)
+    names = [ast.literal_eval(step.elts[0]) for step in steps.elts if isinstance(step, ast.Tuple)]
+    assert len(names) == len(steps.elts)
+    assert sorted(names) == sorted([*REFUSALS, *NO_PLAN_ITEM])
+
+
+@pytest.mark.parametrize("step", [
+    pytest.param(step, marks=pytest.mark.skipif(
+        step == "identity" and os.getuid() != 0,
+        reason="not root: the build namespace maps the plan's ids, so any other host id is"
+        " refused there, before the identity step"))
+    for step in REFUSALS])
+async def test_each_setup_step_fails_closed(jail_root: Path, step: str) -> None:
+    edit, detail = REFUSALS[step]
+    backend = type("Edited", (PlanEditing,), {"edit": staticmethod(edit)})(locate_worker())
+    e = await refusal(runner_on(jail_root, backend))
+    assert (e.reason, e.exit_status) == (Reason.SANDBOX_SETUP, SANDBOX_SETUP_EXIT), e.detail
+    assert e.detail.startswith(detail), e.detail
+    if step == "ipc":
+        assert "no_such_sysctl" in e.detail
+
+
+#: Runs the helper (argv[1:]) in a mount namespace of its own (in a user
+#: namespace of its own: anyone may) with a tmpfs over /proc: no process shows.
+EMPTY_PROC = """
+import posix, sys
+sys.path.insert(0, sys.argv[sys.argv.index("--path") + 1])
+from trunner.linux.kernel import abi, install, mounts
+install.unshare(abi.CLONE_NEWUSER | abi.CLONE_NEWNS)
+mounts.mount("", "/", "", abi.MS_REC | abi.MS_PRIVATE)
+mounts.mount("tmpfs", "/proc", "tmpfs", abi.MS_NOSUID | abi.MS_NODEV)
+posix.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+class EmptyProc(PlanEditing):
+    """The real backend, its process limit RLIMIT_NPROC (the uid's tasks counted
+    in /proc), its helper seeing an empty /proc."""
+
+    edit = staticmethod(_with(process_limit=lambda _: RlimitNproc(max=32)))
+
+    def open_jail(self, **kw: Any) -> LinuxJail:
+        jail = super().open_jail(**kw)
+        argv = jail.command.argv
+        wrapped = (argv[0], "-I", "-S", "-c", EMPTY_PROC, *argv)
+        return dataclasses.replace(jail, command=dataclasses.replace(jail.command, argv=wrapped))
+
+
+async def test_process_count_failure_is_its_own_reason(jail_root: Path) -> None:
+    """The uid's tasks cannot be counted where /proc shows none (the helper
+    itself, at least, would show): `process_count`, its own exit code."""
+    e = await refusal(runner_on(jail_root, EmptyProc(locate_worker())))
+    assert e.reason is Reason.PROCESS_COUNT
+    assert e.exit_status == PROCESS_COUNT_EXIT
+    assert e.detail == "process_count: own process not found in /proc"
+
+
+# -- more real failures --------------------------------------------------------
 
 
 async def test_rlimit_above_the_hard_limit_is_refused(jail_root: Path) -> None:
@@ -117,23 +265,6 @@ async def test_rlimit_above_the_kernel_maximum_is_refused(jail_root: Path) -> No
     e = await refusal(runner_on(jail_root, backend))
     assert e.reason is Reason.SANDBOX_SETUP
     assert e.detail.startswith(f"rlimits: setrlimit({resource.RLIMIT_NOFILE}, {too_many}")
-
-
-_LIMIT = probe_host().process_limit
-
-
-@pytest.mark.skipif(
-    _LIMIT is None or _LIMIT.kind != "pids_cgroup",
-    reason=f"pids cgroups are root's: the process limit here (uid {os.getuid()}) is "
-    f"{_LIMIT.kind if _LIMIT else None}",
-)
-async def test_a_cgroup_that_cannot_be_joined_is_refused(jail_root: Path, tmp_path: Path) -> None:
-    missing = str(tmp_path / "no-such-cgroup")
-    backend = _edited(process_limit=PidsCgroup(cgroup=missing, max=32))(locate_worker())
-    e = await refusal(runner_on(jail_root, backend))
-    assert e.reason is Reason.SANDBOX_SETUP
-    assert e.detail.startswith(f"process_limit: {missing}/pids.max")
-    assert "errno 2" in e.detail
 
 
 async def test_a_landlock_path_that_vanished_fails_closed(jail_root: Path, tmp_path: Path) -> None:
@@ -168,10 +299,12 @@ async def test_a_loopback_that_does_not_fit_the_namespaces_is_refused(
 
 
 async def test_an_unknown_process_limit_mechanism_is_refused(jail_root: Path) -> None:
+    """Refused as the plan is read, before any step (tests/test_plan.py: every
+    malformed item); the run fails `sandbox_setup` all the same."""
     backend = _edited(process_limit={"kind": "none", "max": 0})(locate_worker())
     e = await refusal(runner_on(jail_root, backend))
     assert e.reason is Reason.SANDBOX_SETUP
-    assert e.detail == "process_limit: unknown mechanism 'none'"
+    assert e.detail == "plan: process_limit: unknown kind 'none'"
 
 
 # -- corrupt plans -----------------------------------------------------------
@@ -215,17 +348,15 @@ async def test_a_corrupt_plan_fails_closed(jail_root: Path, item: str, detail: s
     assert e.detail.startswith(detail)
 
 
-@pytest.mark.parametrize(("key", "step"), [("seccomp_bpf", "seccomp"),
-                                         ("waiter_bpf", "waiter_bpf")])
-async def test_a_wrongly_typed_plan_item_fails_closed(jail_root: Path, key: str,
-                                                      step: str) -> None:
+@pytest.mark.parametrize("key", ["seccomp_bpf", "waiter_bpf"])
+async def test_a_wrongly_typed_plan_item_fails_closed(jail_root: Path, key: str) -> None:
     def edit(item: str) -> str:
         plan = marshal.loads(bytes.fromhex(item))
         plan[key] = 12345
         return marshal.dumps(plan).hex()
     e = await refusal(runner_on(jail_root, _argv_edited(edit)))
     assert e.reason is Reason.SANDBOX_SETUP
-    assert e.detail.startswith(f"{step}: malformed plan item (TypeError"), e.detail
+    assert e.detail == f"plan: {key}: malformed (int)"
 
 
 async def test_skipping_is_only_for_named_layers(jail_root: Path) -> None:

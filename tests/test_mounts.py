@@ -425,11 +425,13 @@ async def test_a_bind_that_cannot_be_made_fails_closed(jail_root: Path, tmp_path
 
 
 async def test_an_unknown_root_operation_fails_closed(jail_root: Path) -> None:
+    """Refused as the helper reads the plan (each op into its class), before
+    any step."""
     backend = _edited(lambda plan: msgspec.structs.replace(
         plan, root_ops=(*plan.root_ops, {"op": "overlay", "path": "/x"})))
     e = await refusal(runner_on(jail_root, backend))
     assert e.reason is Reason.SANDBOX_SETUP
-    assert "unknown root operation 'overlay'" in e.detail
+    assert e.detail == "plan: root_ops: unknown op 'overlay'"
 
 
 async def test_a_staging_dir_that_is_missing_fails_closed(jail_root: Path) -> None:

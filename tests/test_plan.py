@@ -1,8 +1,10 @@
 """The plan: one typed value, what the helper reads and what is hashed.
 
 The parent's `HelperPlan` has exactly the fields the helper reads
-(`abi.PLAN_FIELDS`); the plan of a real run, decoded by the helper's own
-reader, is, field by field, the plan that was hashed into the rules version
+(`abi.PLAN_FIELDS`), and each of its item Structs the fields and tag of the
+helper's slots class of the same name; every kind of item reads back to its
+plain values; the plan of a real run, decoded by the helper's own reader,
+is, field by field, the plan that was hashed into the rules version
 (per-run values as placeholders); and `plan_jail` resolves every field from
 what it is given.
 """
@@ -15,6 +17,8 @@ import resource
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+import msgspec.inspect as mi
 import pytest
 
 from support import plan_for
@@ -22,7 +26,7 @@ from trunner import Limits
 from trunner.jail import HostSupport, ProcessLimit
 from trunner.linux import helper, seccomp
 from trunner.linux.backend import LinuxBackend
-from trunner.linux.kernel import abi
+from trunner.linux.kernel import abi, mounts
 from trunner.linux.plan import (
     CGROUP,
     HOST_GID,
@@ -49,12 +53,135 @@ from trunner.linux.profile import DEFAULT_PROFILE
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
     from pathlib import Path
+
+
+def _plan_type() -> mi.StructType:
+    t = mi.type_info(HelperPlan)
+    assert isinstance(t, mi.StructType)
+    return t
+
+
+PLAN_TYPE = _plan_type()
+#: The Landlock rules the helper reads as tuples, in the order of their fields.
+AS_TUPLES = ("PathRule", "PortRule")
 
 
 def test_the_helper_reads_exactly_the_plans_fields() -> None:
     assert HelperPlan.__struct_fields__ == abi.PLAN_FIELDS
     assert helper.Plan.__slots__ == abi.PLAN_FIELDS
+
+
+def _structs(t: mi.Type) -> Iterator[mi.StructType]:
+    """Every Struct type in `t`, itself included."""
+    if isinstance(t, mi.StructType):
+        yield t
+        for field in t.fields:
+            yield from _structs(field.type)
+    elif isinstance(t, mi.UnionType):
+        for member in t.types:
+            yield from _structs(member)
+    elif isinstance(t, mi.VarTupleType):
+        yield from _structs(t.item_type)
+
+
+ITEMS = sorted({t.cls for t in _structs(PLAN_TYPE) if t.cls is not HelperPlan},
+               key=lambda cls: cls.__name__)
+
+
+def _reader(struct: type[msgspec.Struct]) -> type:
+    """The helper's class of `struct`'s name (the root's and /proc's ops: `mounts`)."""
+    cls = getattr(helper, struct.__name__, None) or getattr(mounts, struct.__name__)
+    assert isinstance(cls, type)
+    return cls
+
+
+@pytest.mark.parametrize("struct", ITEMS, ids=lambda cls: cls.__name__)
+def test_each_item_class_has_the_fields_and_tag_of_its_struct(
+        struct: type[msgspec.Struct]) -> None:
+    """One slots class per kind, pinned to its Struct: a field added or
+    renamed on one side fails here. A "none" kind has nothing to read (the
+    helper reads None); a Landlock rule is a tuple of its fields."""
+    tag = struct.__struct_config__.tag
+    if tag == "none" or struct.__name__ in AS_TUPLES:
+        assert not hasattr(helper, struct.__name__)
+        assert not hasattr(mounts, struct.__name__)
+        return
+    cls = _reader(struct)
+    assert sorted(cls.__dict__["__slots__"]) == sorted(struct.__struct_fields__)
+    assert getattr(cls, "TAG", None) == tag
+
+
+def _as_plain(value: object, t: mi.Type) -> object:
+    """What the helper read, back as plain values, guided by the parent's type."""
+    if isinstance(t, mi.UnionType):
+        members = [m for m in t.types if isinstance(m, mi.StructType)]
+        tag = "none" if value is None else getattr(type(value), "TAG", None)
+        return _as_plain(value, next(m for m in members if m.cls.__struct_config__.tag == tag))
+    if isinstance(t, mi.StructType):
+        config = t.cls.__struct_config__
+        out: dict[str, object] = {} if config.tag is None else {str(config.tag_field): config.tag}
+        if value is None:
+            assert config.tag == "none"
+            return out
+        if t.cls.__name__ in AS_TUPLES:
+            assert isinstance(value, tuple)
+            return {**out, **dict(zip(t.cls.__struct_fields__, value, strict=True))}
+        assert type(value) is _reader(t.cls)
+        return {**out, **{f.name: _as_plain(getattr(value, f.name), f.type) for f in t.fields}}
+    if isinstance(t, mi.VarTupleType):
+        assert isinstance(value, list)
+        return [_as_plain(item, t.item_type) for item in value]
+    return value
+
+
+def read_back(read: helper.Plan) -> dict[str, object]:
+    """`read`, the helper's `Plan`, as the plain values it was read from."""
+    return {f.name: _as_plain(getattr(read, f.name), f.type) for f in PLAN_TYPE.fields}
+
+
+def _lists(value: object) -> object:
+    if isinstance(value, (list, tuple)):
+        return [_lists(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _lists(item) for key, item in value.items()}
+    return value
+
+
+def _example(t: mi.StructType) -> msgspec.Struct:
+    """An item of `t` with a value of its type in each field, each another."""
+    def value(i: int, name: str, t: mi.Type) -> object:
+        if isinstance(t, mi.VarTupleType):
+            return (f"/{name}/{i}",)
+        return {mi.StrType: f"/{name}", mi.IntType: 100 + i}[type(t)]
+
+    item: msgspec.Struct = t.cls(**{f.name: value(i, f.name, f.type)
+                                    for i, f in enumerate(t.fields)})
+    return item
+
+
+def _every_kind() -> Iterator[tuple[str, msgspec.Struct]]:
+    for field in PLAN_TYPE.fields:
+        t = field.type.item_type if isinstance(field.type, mi.VarTupleType) else field.type
+        if isinstance(t, mi.UnionType):
+            for member in t.types:
+                assert isinstance(member, mi.StructType)
+                yield field.name, _example(member)
+
+
+@pytest.mark.parametrize(("field", "item"), list(_every_kind()),
+                         ids=lambda v: v if isinstance(v, str) else type(v).__name__)
+def test_every_kind_of_item_reads_back_to_its_plain_values(field: str,
+                                                           item: msgspec.Struct) -> None:
+    plan = LinuxBackend(locate_worker()).prepared(Limits()).plan
+    many = isinstance(getattr(plan, field), tuple)
+    plan = msgspec.structs.replace(plan, **{field: (item,) if many else item})
+    data = plain(plan)
+    read = helper.Plan(data)
+    assert read_back(read) == _lists(data)
+    got = getattr(read, field)
+    assert type(got[0] if many else got).__name__ in (type(item).__name__, "NoneType")
 
 
 async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path) -> None:
@@ -70,7 +197,7 @@ async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path) -> None
         await jail.release()
         os.rmdir(jail_dir)
     assert adapter == ["/bin/true"]
-    seen = {name: getattr(read, name) for name in abi.PLAN_FIELDS}
+    seen = read_back(read)
     env = environment(DEFAULT_PROFILE.environment)
     hashed = hashed_plan(seen, backend.host_paths(), env)
     document = backend.rules_document(limits)["plan"]
@@ -82,7 +209,8 @@ async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path) -> None
     assert seen["parent_pid"] == os.getpid()
     if os.getuid() == 0:
         assert seen["uid"] == seen["gid"] != 0
-        assert seen["process_limit"]["cgroup"] in jail.cgroups
+        assert isinstance(read.process_limit, helper.PidsCgroup)
+        assert read.process_limit.cgroup in jail.cgroups
         assert document["process_limit"]["cgroup"] == CGROUP
     else:
         assert (seen["uid"], seen["gid"]) == (os.getuid(), os.getgid())
@@ -147,7 +275,6 @@ CHECKS: dict[str, Any] = {
         seccomp.without_memory_cgroup(DEFAULT_PROFILE.seccomp)),
     "waiter_bpf": lambda v: v == seccomp.waiter_bpf() and len(v) < len(seccomp.build_bpf()) // 20,
     "unsafe_skip": lambda v: v == ("seccomp",),
-    "fail_at": lambda v: v == "",
 }
 
 
@@ -195,12 +322,70 @@ def test_the_helper_refuses_a_plan_of_other_fields(edit: str) -> None:
     if edit == "extra":
         data["swallow"] = 1
     else:
-        del data["fail_at"]
+        del data["unsafe_skip"]
     item = marshal.dumps(data).hex()
     with pytest.raises(helper.SetupError) as info:
         helper._read_plan([item, "3", "--", "/bin/true"])
     assert info.value.step == ("plan: unknown swallow" if edit == "extra" else
-                               "plan: missing fail_at")
+                               "plan: missing unsafe_skip")
+
+
+def _set(path: str, value: object) -> Callable[[dict[str, Any]], None]:
+    """An edit of the plain plan: `value` at `path` ("a.b"); "+" appends."""
+    def edit(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        at: Any = data
+        for key in parents:
+            at = at[int(key)] if isinstance(at, list) else at[key]
+        if last == "+":
+            at.append(value)
+        elif isinstance(at, list):
+            at[int(last)] = value
+        else:
+            at[last] = value
+    return edit
+
+
+@pytest.mark.parametrize(("edit", "refusal"), [
+    (_set("process_limit", {"kind": "none", "max": 0}), "process_limit: unknown kind 'none'"),
+    (_set("memory", {"kind": "swap"}), "memory: unknown kind 'swap'"),
+    (_set("cpu.kind", "cpuset"), "cpu: unknown kind 'cpuset'"),
+    (_set("root_ops.+", {"op": "chmod", "path": "/x"}), "root_ops: unknown op 'chmod'"),
+    (_set("proc_ops.+", {"op": "unmask", "path": "/x"}), "proc_ops: unknown op 'unmask'"),
+    (_set("root_ops.+", {"op": "bind", "source": "/x", "path": "/x"}),
+     "root_ops: malformed bind {op: str, source: str, path: str}"),
+    (_set("root_ops.+", {"op": "dir", "path": "/x", "mode": 0o755, "owner": 0}),
+     "root_ops: malformed dir {op: str, path: str, mode: int, owner: int}"),
+    (_set("root_ops.+", {"op": "dir", "path": b"/x", "mode": 0o755}),
+     "root_ops: malformed dir {op: str, path: bytes, mode: int}"),
+    (_set("rlimits.+", {"resource": "6", "soft": 1, "hard": 1}),
+     "rlimits: malformed rlimit {resource: str, soft: int, hard: int}"),
+    (_set("ipc_limits.+", ["shmmax", "1"]), "ipc_limits: malformed (list)"),
+    (_set("landlock.paths.+", {"path": "/x", "dir_access": 1}),
+     "landlock: malformed path rule {abi: int, handled_fs: int, handled_net: int, scoped: int,"
+     " paths: list, ports: list}"),
+    (_set("scratch", (1, 2)), "scratch: malformed (tuple)"),
+    (_set("uid", "1000"), "uid: malformed (str)"),
+    (_set("build_userns", 1), "build_userns: malformed (int)"),
+    (_set("seccomp_bpf", 12345), "seccomp_bpf: malformed (int)"),
+    (_set("waiter_bpf", "bpf"), "waiter_bpf: malformed (str)"),
+    (_set("env.+", 1), "env: malformed (int)"),
+    (_set("unsafe_skip", ("descriptors",)), "cannot skip descriptors"),
+], ids=lambda v: v.split(":")[0] if isinstance(v, str) else None)
+def test_a_malformed_plan_is_refused_when_read(edit: Callable[[dict[str, Any]], None],
+                                               refusal: str) -> None:
+    """Before any step: every item is read into its class once, so a kind
+    the helper does not know, a missing or extra field or a value of another
+    type refuses the plan, naming the field (and the item's shape)."""
+    import marshal
+
+    data = _lists(plain(LinuxBackend(locate_worker()).prepared(Limits()).plan))
+    assert isinstance(data, dict)
+    edit(data)
+    item = marshal.dumps(data).hex()
+    with pytest.raises(helper.SetupError) as info:
+        helper._read_plan([item, "3", "--", "/bin/true"])
+    assert info.value.step == f"plan: {refusal}"
 
 
 def _layout(tmp_path: Path, *, wheel: bool) -> Any:

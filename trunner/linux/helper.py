@@ -2,11 +2,14 @@
 
 Runs between spawn and exec as `trunner-worker helper PLAN FD -- ADAPTER...`,
 where PLAN is one hex argv item, the marshal of the plan's plain values
-(`trunner.linux.plan`), read into a `Plan` whose fields are exactly
-`abi.PLAN_FIELDS`, and FD the write end of the report pipe. Imports only
-posix and marshal (built in; `os` alone costs ~1.5 ms here) and
-`trunner.linux.kernel` (abi; install, the raw system calls through
-`_kernel`; mounts); never trio, msgspec, typing or ctypes.
+(`trunner.linux.plan`), and FD the write end of the report pipe. The plan
+is read once, before any step, into a `Plan`: its fields exactly
+`abi.PLAN_FIELDS`, each checked, each item an instance of the slots class
+of its kind (here; the root's and /proc's ops in `mounts`), so the steps
+read typed attributes. Imports only posix and marshal (built in; `os`
+alone costs ~1.5 ms here) and `trunner.linux.kernel` (abi; install, the
+raw system calls through `_kernel`; mounts); never trio, msgspec, typing
+or ctypes.
 Once pid 1 and pid 2 are forked, pid 1 and the helper confine themselves
 and exec `trunner-waiter` (trunner/linux/kernel/waiter.c), which waits and ends
 the run in a few pages instead of an interpreter.
@@ -24,9 +27,8 @@ which the parent waits on at teardown. The order is written once, in
 import marshal
 import posix
 
-from trunner.linux.kernel import abi, install
+from trunner.linux.kernel import abi, install, mounts
 from trunner.linux.kernel.abi import (
-    JAIL_STEPS as JAIL_STEPS,
     PROCESS_COUNT_EXIT as PROCESS_COUNT_EXIT,
     REPORT_FD as REPORT_FD,
     SANDBOX_SETUP_EXIT as SANDBOX_SETUP_EXIT,
@@ -37,7 +39,12 @@ from trunner.linux.kernel.abi import (
 TYPE_CHECKING = False  # not from typing: importing it costs ~5 ms here
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, NoReturn
+    from typing import NoReturn, TypeAlias, TypeVar
+
+    from trunner.linux.kernel.mounts import Data, ProcOp, RootOp, ScratchSize
+
+    T = TypeVar("T")
+    ProcessLimit: TypeAlias = "PidsCgroup | UsernsNproc | RlimitNproc"
 
 class SetupError(Exception):
     """A step could not be applied; carries the step and the errno."""
@@ -55,7 +62,7 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
         _take_report_fd(argv[1] if len(argv) > 1 else "")
         plan, adapter = _read_plan(argv)
         skip = plan.unsafe_skip
-        steps: list[tuple[Any, ...]] = [
+        steps: list[tuple[str, Callable[..., None], *tuple[object, ...]]] = [
             # In the helper (the host's PID namespace):
             # 0. the waiter's descriptor, while the host's tree is in view.
             ("waiter", _open_waiter),
@@ -123,12 +130,7 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
             # 17. seccomp last: after it only the allow-list runs, then exec.
             ("seccomp", install.install_seccomp, plan.seccomp_bpf),
         ]
-        fail_at = plan.fail_at
-        if fail_at == "process_count":
-            raise SetupError("process_count: forced failure", 0, PROCESS_COUNT_EXIT)
         for name, fn, *args in steps:
-            if name == fail_at:
-                raise SetupError(f"{name}: forced failure (plan fail_at={name})")
             if name in skip:
                 continue
             _apply(name, fn, *args)
@@ -156,40 +158,255 @@ def _take_report_fd(text: str) -> None:
         posix._exit(SANDBOX_SETUP_EXIT)
 
 
+# -- the plan, as the helper reads it -------------------------------------------
+# One slots class per item kind of `trunner.linux.plan` (the root's and
+# /proc's ops: `mounts`): the fields of its Struct of the same name and its
+# tag as TAG (tests/test_plan.py pins both; the meaning is documented
+# there). Each reads its item's plain dict and raises ValueError at another
+# shape; a "none" kind reads as None.
+
+
+class PidsCgroup:
+    __slots__ = ("cgroup", "max")
+    TAG = "pids_cgroup"
+
+    def __init__(self, d: "Data") -> None:
+        cgroup, limit = d.get("cgroup"), d.get("max")
+        if type(cgroup) is not str or type(limit) is not int or len(d) != 3:
+            raise ValueError(self.TAG)
+        self.cgroup, self.max = cgroup, limit
+
+
+class UsernsNproc:
+    __slots__ = ("max",)
+    TAG = "userns_nproc"
+
+    def __init__(self, d: "Data") -> None:
+        limit = d.get("max")
+        if type(limit) is not int or len(d) != 2:
+            raise ValueError(self.TAG)
+        self.max = limit
+
+
+class RlimitNproc:
+    __slots__ = ("max",)
+    TAG = "rlimit_nproc"
+
+    def __init__(self, d: "Data") -> None:
+        limit = d.get("max")
+        if type(limit) is not int or len(d) != 2:
+            raise ValueError(self.TAG)
+        self.max = limit
+
+
+class MemoryCgroup:
+    __slots__ = ("bytes", "cgroup", "socket_bytes")
+    TAG = "memory_cgroup"
+
+    def __init__(self, d: "Data") -> None:
+        cgroup, limit, sockets = d.get("cgroup"), d.get("bytes"), d.get("socket_bytes")
+        if (type(cgroup) is not str or type(limit) is not int or type(sockets) is not int
+                or len(d) != 4):
+            raise ValueError(self.TAG)
+        self.cgroup, self.bytes, self.socket_bytes = cgroup, limit, sockets
+
+
+class CpuCgroup:
+    __slots__ = ("cgroup", "views")
+    TAG = "cpu_cgroup"
+
+    def __init__(self, d: "Data") -> None:
+        cgroup, views = d.get("cgroup"), d.get("views")
+        if type(cgroup) is not str or not isinstance(views, (list, tuple)) or len(d) != 3:
+            raise ValueError(self.TAG)
+        self.cgroup, self.views = cgroup, [view for view in views if type(view) is str]
+        if len(self.views) != len(views):
+            raise ValueError(self.TAG)
+
+
+def _none(d: "Data") -> None:
+    if len(d) != 1:
+        raise ValueError("none")
+
+
+class Rlimit:
+    __slots__ = ("hard", "resource", "soft")
+
+    def __init__(self, d: "Data") -> None:
+        resource, soft, hard = d.get("resource"), d.get("soft"), d.get("hard")
+        if (type(resource) is not int or type(soft) is not int or type(hard) is not int
+                or len(d) != 3):
+            raise ValueError("rlimit")
+        self.resource, self.soft, self.hard = resource, soft, hard
+
+
+class Sysctl:
+    __slots__ = ("name", "value")
+
+    def __init__(self, d: "Data") -> None:
+        name, value = d.get("name"), d.get("value")
+        if type(name) is not str or type(value) is not str or len(d) != 2:
+            raise ValueError("sysctl")
+        self.name, self.value = name, value
+
+
+class LandlockPlan:
+    """Its rules as `install.restrict_filesystem` takes them: `paths` of
+    (path, dir_access, file_access), `ports` of (port, access), the fields
+    of `PathRule` and `PortRule` in order."""
+
+    __slots__ = ("abi", "handled_fs", "handled_net", "paths", "ports", "scoped")
+
+    def __init__(self, d: "Data") -> None:
+        abi, fs, net, scoped = d.get("abi"), d.get("handled_fs"), d.get("handled_net"), \
+            d.get("scoped")
+        paths, ports = d.get("paths"), d.get("ports")
+        if (type(abi) is not int or type(fs) is not int or type(net) is not int
+                or type(scoped) is not int or not isinstance(paths, (list, tuple))
+                or not isinstance(ports, (list, tuple)) or len(d) != 6):
+            raise ValueError("ruleset")
+        self.abi, self.handled_fs, self.handled_net, self.scoped = abi, fs, net, scoped
+        self.paths: list[tuple[str, int, int]] = []
+        for rule in paths:
+            if type(rule) is not dict:
+                raise ValueError("path rule")
+            path, dir_access, file_access = rule.get("path"), rule.get("dir_access"), \
+                rule.get("file_access")
+            if (type(path) is not str or type(dir_access) is not int
+                    or type(file_access) is not int or len(rule) != 3):
+                raise ValueError("path rule")
+            self.paths.append((path, dir_access, file_access))
+        self.ports: list[tuple[int, int]] = []
+        for rule in ports:
+            if type(rule) is not dict:
+                raise ValueError("port rule")
+            port, access = rule.get("port"), rule.get("access")
+            if type(port) is not int or type(access) is not int or len(rule) != 2:
+                raise ValueError("port rule")
+            self.ports.append((port, access))
+
+
+_PROCESS_LIMITS: "dict[object, Callable[[Data], ProcessLimit]]" = {
+    PidsCgroup.TAG: PidsCgroup, UsernsNproc.TAG: UsernsNproc, RlimitNproc.TAG: RlimitNproc}
+_MEMORY: "dict[object, Callable[[Data], MemoryCgroup | None]]" = {
+    MemoryCgroup.TAG: MemoryCgroup, "none": _none}
+_CPU: "dict[object, Callable[[Data], CpuCgroup | None]]" = {CpuCgroup.TAG: CpuCgroup, "none": _none}
+
+
+def _malformed(what: str, value: object, kind: object = "") -> ValueError:
+    """`value` refused as `what` (an item of `kind`), by the types it holds."""
+    if type(value) is dict:
+        shown = "{" + ", ".join(f"{k}: {type(v).__name__}" for k, v in value.items()) + "}"
+    else:
+        shown = f"({type(value).__name__})"
+    return ValueError(f"{what}: malformed {kind} {shown}" if kind else f"{what}: malformed {shown}")
+
+
+def _items(values: object, what: str, tag: str,
+           kinds: "dict[object, Callable[[Data], T]]") -> "list[T]":
+    """Each of `values` read as the class its `tag` names among `kinds`
+    (untagged: as `kinds[""]`)."""
+    if not isinstance(values, (list, tuple)):
+        raise _malformed(what, values)
+    out: list[T] = []
+    for value in values:
+        if type(value) is not dict:
+            raise _malformed(what, value)
+        read = kinds.get(value.get(tag) if tag else "")
+        if read is None:
+            raise ValueError(f"{what}: unknown {tag} {value.get(tag)!r}")
+        try:
+            out.append(read(value))
+        except ValueError as e:
+            raise _malformed(what, value, e) from None
+    return out
+
+
+def _item(data: "Data", what: str, tag: str,
+          kinds: "dict[object, Callable[[Data], T]]") -> "T":
+    return _items((data[what],), what, tag, kinds)[0]
+
+
+def _strs(data: "Data", what: str) -> "list[str]":
+    values = data[what]
+    if not isinstance(values, (list, tuple)):
+        raise _malformed(what, values)
+    out = [value for value in values if type(value) is str]
+    if len(out) != len(values):
+        raise _malformed(what, next(value for value in values if type(value) is not str))
+    return out
+
+
+def _field(data: "Data", what: str, kind: "type[T]") -> "T":
+    value = data[what]
+    if type(value) is not kind:  # exactly: a bool is no int here
+        raise _malformed(what, value)
+    return value
+
+
 class Plan:
-    """The plan as the helper reads it: `abi.PLAN_FIELDS` as attributes,
-    each item a plain value (tagged items are dicts naming their kind)."""
+    """The plan, `abi.PLAN_FIELDS` as typed attributes, read from its plain
+    values. ValueError names what is wrong: not a plan of this version, a
+    field missing or one too many, an item of another shape or kind."""
 
     __slots__ = abi.PLAN_FIELDS
 
-    def __init__(self, data: "dict[str, Any]") -> None:
-        for name in abi.PLAN_FIELDS:
-            setattr(self, name, data[name])
+    def __init__(self, data: object) -> None:
+        if type(data) is not dict or data.get("version") != abi.PLAN_VERSION:
+            raise ValueError(f"not a plan of version {abi.PLAN_VERSION}")
+        missing = [key for key in abi.PLAN_FIELDS if key not in data]
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)}")
+        unknown = sorted(set(data) - set(abi.PLAN_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown {', '.join(map(str, unknown))}")
+        self.version = abi.PLAN_VERSION
+        self.env = _strs(data, "env")
+        self.process_limit = _item(data, "process_limit", "kind", _PROCESS_LIMITS)
+        self.jail_nproc = _field(data, "jail_nproc", int)
+        self.memory = _item(data, "memory", "kind", _MEMORY)
+        self.cpu = _item(data, "cpu", "kind", _CPU)
+        self.rlimits = _items(data["rlimits"], "rlimits", "", {"": Rlimit})
+        self.ipc_limits = _items(data["ipc_limits"], "ipc_limits", "", {"": Sysctl})
+        self.build_userns = _field(data, "build_userns", bool)
+        self.unshare_flags = _field(data, "unshare_flags", int)
+        self.uid = _field(data, "uid", int)
+        self.gid = _field(data, "gid", int)
+        self.jail_id = _field(data, "jail_id", int)
+        self.loopback = _field(data, "loopback", str)
+        self.root_ops = _items(data["root_ops"], "root_ops", "op", mounts.ROOT_OPS)
+        self.proc_ops = _items(data["proc_ops"], "proc_ops", "op", mounts.PROC_OPS)
+        self.scratch = _item(data, "scratch", "", {"": mounts.ScratchSize})
+        self.staging = _field(data, "staging", str)
+        self.hostname = _field(data, "hostname", str)
+        self.workdir = _field(data, "workdir", str)
+        self.landlock = _item(data, "landlock", "", {"": LandlockPlan})
+        self.parent_pid = _field(data, "parent_pid", int)
+        self.seccomp_bpf = _field(data, "seccomp_bpf", bytes)
+        self.waiter_bpf = _field(data, "waiter_bpf", bytes)
+        self.unsafe_skip = _strs(data, "unsafe_skip")
+        skipped = [name for name in self.unsafe_skip if name not in SKIPPABLE]
+        if skipped:
+            raise ValueError(f"cannot skip {', '.join(skipped)}")
 
 
-def _read_plan(argv: "list[str]") -> "tuple[Any, list[str]]":
+def _read_plan(argv: "list[str]") -> "tuple[Plan, list[str]]":
+    """The plan in argv[0], typed (every item read and checked, before any
+    step), and the adapter's argv."""
     if len(argv) < 4 or argv[2] != "--":
         raise SetupError("plan: expected PLAN FD -- ADAPTER...")
     try:
         data = marshal.loads(bytes.fromhex(argv[0]))
     except (ValueError, EOFError, TypeError) as e:
         raise SetupError(f"plan: not a plan ({e})") from None
-    if type(data) is not dict or data.get("version") != abi.PLAN_VERSION:
-        raise SetupError(f"plan: not a plan of version {abi.PLAN_VERSION}")
-    missing = [key for key in abi.PLAN_FIELDS if key not in data]
-    if missing:
-        raise SetupError(f"plan: missing {', '.join(missing)}")
-    unknown = sorted(set(data) - set(abi.PLAN_FIELDS))
-    if unknown:
-        raise SetupError(f"plan: unknown {', '.join(map(str, unknown))}")
-    plan = Plan(data)
-    skipped = [name for name in data["unsafe_skip"] if name not in SKIPPABLE]
-    if skipped:
-        raise SetupError(f"plan: cannot skip {', '.join(map(str, skipped))}")
+    try:
+        plan = Plan(data)
+    except (ValueError, TypeError) as e:  # TypeError: an unhashable tag
+        raise SetupError(f"plan: {e}") from None
     return plan, argv[3:]
 
 
-def _apply(name: str, fn: "Any", *args: "Any") -> None:  # noqa: ANN401 (no typing here)
+def _apply(name: str, fn: "Callable[..., None]", *args: object) -> None:
     try:
         fn(*args)
     except SetupError:
@@ -231,38 +448,32 @@ def _check_env(allowed: "list[str]") -> None:
         raise SetupError(f"env: unexpected variables {', '.join(extra)}")
 
 
-def _limit_processes(limit: "dict[str, Any]", jail_nproc: int) -> None:
-    kind, processes = limit["kind"], limit["max"]
-    if kind == "pids_cgroup":
-        path = limit["cgroup"]
+def _limit_processes(limit: "ProcessLimit", jail_nproc: int) -> None:
+    if isinstance(limit, PidsCgroup):
+        path = limit.cgroup
         _has_controller(path, "pids.max")
-        install.write_file(f"{path}/pids.max", b"%d" % processes)
+        install.write_file(f"{path}/pids.max", b"%d" % limit.max)
         _join_run(path)
-    elif kind == "userns_nproc":
+    elif isinstance(limit, UsernsNproc):
         if jail_nproc < 1:
             raise SetupError("process_limit: userns_nproc without a jail_nproc")
-    elif kind == "rlimit_nproc":
-        nproc = _count_processes(posix.getuid()) + processes - 1
+    else:  # rlimit_nproc
+        nproc = _count_processes(posix.getuid()) + limit.max - 1
         install.set_rlimit(abi.RLIMIT_NPROC, nproc, nproc)
-    else:
-        raise SetupError(f"process_limit: unknown mechanism {kind!r}")
 
 
-def _limit_memory(memory: "dict[str, Any]") -> None:
-    kind = memory["kind"]
-    if kind == "none":
+def _limit_memory(memory: "MemoryCgroup | None") -> None:
+    if memory is None:
         return  # no memory cgroup: RLIMIT_AS per process and the scratch size
-    if kind != "memory_cgroup":
-        raise SetupError(f"memory: unknown mechanism {kind!r}")
-    path = memory["cgroup"]
+    path = memory.cgroup
     prog = f"{path}/{abi.PROG_CGROUP}"
     _has_controller(path, "memory.max")
     _has_controller(prog, "memory.max")
-    _bound_memory(prog, memory["bytes"])  # the run's whole bound is the parent's
+    _bound_memory(prog, memory.bytes)  # the run's whole bound is the parent's
     v2 = _exists(f"{prog}/memory.max")
     tcp = f"{prog}/memory.kmem.tcp.limit_in_bytes"
     if not v2 and _exists(tcp):  # v1: charged only once a limit is set
-        install.write_file(tcp, b"%d" % memory["socket_bytes"])
+        install.write_file(tcp, b"%d" % memory.socket_bytes)
     peak = f"{prog}/memory.peak" if v2 else f"{prog}/memory.max_usage_in_bytes"
     if _exists(peak):  # v2 before 5.19 has none: the peak is then max_rss's
         _open_at(peak, posix.O_RDONLY, abi.PROG_PEAK_FD)
@@ -283,20 +494,17 @@ def _bound_memory(path: str, limit: int) -> None:
             write(swap, b"%d" % limit)
 
 
-def _account_cpu(cpu: "dict[str, Any]") -> None:
-    kind = cpu["kind"]
-    if kind == "none":
+def _account_cpu(cpu: "CpuCgroup | None") -> None:
+    if cpu is None:
         return  # the program's CPU time is polled from /proc and rusage
-    if kind != "cpu_cgroup":
-        raise SetupError(f"cpu: unknown mechanism {kind!r}")
-    prog = f"{cpu['cgroup']}/{abi.PROG_CGROUP}"
+    prog = f"{cpu.cgroup}/{abi.PROG_CGROUP}"
     if _exists(f"{prog}/cpu.stat"):  # v2: in every cgroup
         _open_at(f"{prog}/cpu.stat", posix.O_RDONLY, abi.PROG_CPU_FD)
     else:
         _open_at(f"{prog}/cpuacct.usage", posix.O_RDONLY, abi.PROG_CPU_FD)
         _open_at(f"{prog}/cpuacct.stat", posix.O_RDONLY, abi.PROG_CPU_SPLIT_FD)
-    _join_run(cpu["cgroup"])
-    for view in cpu["views"]:  # v1 cpu, cpuset: the whole run, for the jail's view
+    _join_run(cpu.cgroup)
+    for view in cpu.views:  # v1 cpu, cpuset: the whole run, for the jail's view
         install.write_file(f"{view}/tasks", b"0")
 
 
@@ -390,10 +598,10 @@ def _count_processes(uid: int) -> int:
     return total
 
 
-def _set_rlimits(rlimits: "list[dict[str, int]]") -> None:
+def _set_rlimits(rlimits: "list[Rlimit]") -> None:
     set_rlimit = install.set_rlimit
     for limit in rlimits:
-        res, soft, hard = limit["resource"], limit["soft"], limit["hard"]
+        res, soft, hard = limit.resource, limit.soft, limit.hard
         try:
             set_rlimit(res, soft, hard)
         except OSError as e:
@@ -408,10 +616,8 @@ def _enter_build_namespace(wanted: bool, uid: int, gid: int) -> None:
         raise SetupError("build_namespace: not root, and the plan has no user namespace")
 
 
-def _build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any]]",
-                uid: int, gid: int) -> None:
-    from trunner.linux.kernel import mounts
-
+def _build_root(staging: str, scratch: "ScratchSize", ops: "list[RootOp]", uid: int,
+                gid: int) -> None:
     # The helper keeps its host jail dir as its cwd (outside the new root),
     # so the host sees which jail a helper serves; pid 1 and pid 2 leave it.
     here = posix.open(".", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
@@ -423,7 +629,7 @@ def _build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, An
         posix.close(here)
 
 
-def _limit_ipc(sysctls: "list[dict[str, str]]", in_userns: bool, uid: int, gid: int) -> None:
+def _limit_ipc(sysctls: "list[Sysctl]", in_userns: bool, uid: int, gid: int) -> None:
     """Enter a new IPC namespace with `sysctls` written in it. Only the uid
     that is root of the namespace's owning user namespace may write them:
     real root, or (not root) the caller in a user namespace mapping its 0 to
@@ -469,10 +675,10 @@ def _limit_ipc(sysctls: "list[dict[str, str]]", in_userns: bool, uid: int, gid: 
         posix.waitpid(child, 0)
 
 
-def _write_sysctls(sysctls: "list[dict[str, str]]") -> None:
+def _write_sysctls(sysctls: "list[Sysctl]") -> None:
     write = install.write_file
     for sysctl in sysctls:
-        write(f"/proc/sys/kernel/{sysctl['name']}", sysctl["value"].encode())
+        write(f"/proc/sys/kernel/{sysctl.name}", sysctl.value.encode())
 
 
 def _take_identity(uid: int, gid: int) -> None:
@@ -523,9 +729,7 @@ def _bring_loopback_up(loopback: str, flags: int) -> None:
                          f"(network namespace of its own: {own})")
 
 
-def _enter_jail(proc_ops: "list[dict[str, Any]]", hostname: str, workdir: str) -> None:
-    from trunner.linux.kernel import mounts
-
+def _enter_jail(proc_ops: "list[ProcOp]", hostname: str, workdir: str) -> None:
     mounts.enter_jail(proc_ops, hostname, workdir)
 
 
@@ -543,18 +747,13 @@ def _drop_capabilities() -> None:
     install.drop_capabilities(_last_cap())
 
 
-def _enter_pid_namespace(bpf: bytes, ruleset: "dict[str, Any]", adapter: "list[str]") -> None:
+def _enter_pid_namespace(bpf: bytes, ruleset: "LandlockPlan", adapter: "list[str]") -> None:
     """Fork pid 1 of the PID namespace the helper unshared; pid 1 forks
     pid 2, the jail; only pid 2 returns. Pid 1 reaps every orphan, hands pid
     2's end to the helper and is then killed, which makes the kernel kill
     (and pid 1 reap) whatever is left inside: nothing of the jail outlives
     it. Pid 1 dies with the helper (parent-death signal), the helper with
     the group. The helper notes pid 1 (`abi.INIT_NOTE`) for the parent."""
-    # Checked here, or a malformed item would first fail in pid 1.
-    if type(bpf) is not bytes:
-        raise SetupError(f"waiter_bpf: malformed plan item (TypeError: {type(bpf).__name__})")
-    if type(ruleset) is not dict or type(ruleset.get("paths")) not in (list, tuple):
-        raise SetupError("landlock: malformed plan item (TypeError)")
     _last_cap()
     proc = posix.open("/proc", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
     ends, done = posix.pipe2(posix.O_CLOEXEC)
@@ -593,7 +792,7 @@ def _note_init(init: int, proc: int) -> None:
         raise SetupError(f"pid_namespace: cannot note pid 1: {type(e).__name__}: {e}") from None
 
 
-def _confine_self(bpf: bytes, ruleset: "dict[str, Any] | None") -> None:
+def _confine_self(bpf: bytes, ruleset: "LandlockPlan | None") -> None:
     """What pid 1 and the waiting helper keep of the jail: no capabilities
     (the sets emptied; both exec only trunner-waiter, under NO_NEW_PRIVS, so
     the bounding set is moot), NO_NEW_PRIVS, the waiters' seccomp filter
@@ -608,13 +807,12 @@ def _confine_self(bpf: bytes, ruleset: "dict[str, Any] | None") -> None:
         # The rule is on the very file WAITER_FD holds (Landlock rules bind inodes).
         waiter = [(f"/proc/self/fd/{WAITER_FD}", 0,
                    abi.ACCESS_FS_EXECUTE | abi.ACCESS_FS_READ_FILE)]
-        install.restrict_filesystem(ruleset["abi"], ruleset["handled_fs"],
-                                    ruleset["handled_net"], ruleset["scoped"] & ~abi.SCOPE_SIGNAL,
-                                    waiter, [])
+        install.restrict_filesystem(ruleset.abi, ruleset.handled_fs, ruleset.handled_net,
+                                    ruleset.scoped & ~abi.SCOPE_SIGNAL, waiter, [])
     install.install_seccomp(bpf)
 
 
-def _run_init(done: int, bpf: bytes, ruleset: "dict[str, Any]") -> "NoReturn":
+def _run_init(done: int, bpf: bytes, ruleset: "LandlockPlan") -> "NoReturn":
     """Pid 1 of the jail: holds no descriptor of the run but `done` (as fd
     0), confines itself and becomes `trunner-waiter init` (waiter.c), which
     reaps orphans, writes pid 2's end ("CODE STATUS" of waitid) on fd 0,
@@ -675,11 +873,9 @@ def _close_inherited_fds() -> None:
     install.close_from(abi.CGROUP_FDS[-1] + 1)
 
 
-def _restrict_filesystem(ruleset: "dict[str, Any]") -> None:
-    paths = [(rule["path"], rule["dir_access"], rule["file_access"]) for rule in ruleset["paths"]]
-    ports = [(rule["port"], rule["access"]) for rule in ruleset["ports"]]
-    install.restrict_filesystem(ruleset["abi"], ruleset["handled_fs"], ruleset["handled_net"],
-                                   ruleset["scoped"], paths, ports)
+def _restrict_filesystem(ruleset: "LandlockPlan") -> None:
+    install.restrict_filesystem(ruleset.abi, ruleset.handled_fs, ruleset.handled_net,
+                                ruleset.scoped, ruleset.paths, ruleset.ports)
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -373,8 +373,6 @@ class HelperPlan(_Item, frozen=True, kw_only=True):
     waiter_bpf: bytes
     #: Layers left out, for benchmarks that measure one layer at a time.
     unsafe_skip: tuple[str, ...] = ()
-    #: Test hook: refuse at this step, as if it had failed (tests edit the plan).
-    fail_at: str = ""
 
 
 #: POSIX message queue bytes per run (RLIMIT_MSGQUEUE, the kernel's default;
@@ -751,7 +749,7 @@ def for_run(plan: HelperPlan, *, cgroup: str | None, memory_cgroup: str | None,
             host_id: int | None, parent_pid: int, cpu_cgroup: str | None = None,
             view_cgroups: tuple[str, ...] = ()) -> HelperPlan:
     """`plan` (planned once per `Limits`) with one run's own values."""
-    changes: dict[str, Any] = {"parent_pid": parent_pid}
+    changes: dict[str, object] = {"parent_pid": parent_pid}
     if isinstance(plan.process_limit, PidsCgroup) and cgroup is not None:
         changes["process_limit"] = msgspec.structs.replace(plan.process_limit, cgroup=cgroup)
     if isinstance(plan.memory, MemoryCgroup) and memory_cgroup is not None:

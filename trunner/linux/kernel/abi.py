@@ -37,21 +37,20 @@ CGROUP_FDS = (PROG_CPU_FD, PROG_CPU_SPLIT_FD, PROG_PEAK_FD, *PROG_JOIN_FDS, *SUP
 SUP_CGROUP = "sup"
 PROG_CGROUP = "prog"
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 10
+PLAN_VERSION = 11
 #: The plan's fields, in the order the helper applies them. The parent's
-#: `HelperPlan` has exactly these (tests/test_plan.py pins it).
+#: `HelperPlan` and the helper's `helper.Plan` have exactly these
+#: (tests/test_plan.py pins both).
 PLAN_FIELDS = (
     "version", "env", "process_limit", "jail_nproc", "memory", "cpu", "rlimits", "ipc_limits",
     "build_userns", "unshare_flags", "uid", "gid", "jail_id", "loopback", "root_ops", "proc_ops",
     "scratch", "staging", "hostname", "workdir", "landlock", "parent_pid", "seccomp_bpf",
-    "waiter_bpf", "unsafe_skip", "fail_at",
+    "waiter_bpf", "unsafe_skip",
 )
 #: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
 #: version). Nothing else is ever skipped. (Not the namespaces: the jail's
 #: root, which Landlock's paths name, is built in them.)
 SKIPPABLE = ("process_limit", "rlimits", "capabilities", "landlock", "parent_death", "seccomp")
-#: Steps that run in the jail's pid 2 (after the fork), in order.
-JAIL_STEPS = ("proc", "capabilities", "descriptors", "no_new_privs", "landlock", "seccomp")
 
 #: The report pipe carries notes, each NOTE_MARK, a word, a space, numbers
 #: separated by spaces and a newline, and at most one refusal: any other

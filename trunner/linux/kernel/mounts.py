@@ -1,10 +1,10 @@
 """Helper side: build the jail's root, pivot into it, and give it a /proc.
 
 Imports only `posix` and `trunner.linux.kernel` (abi, install). Every operation
-comes resolved from the parent (`plan.root_ops`, `plan.PROC_OPS`), as plain
-dicts naming their `op`; a refused
-one raises `OSError` naming the target, and the helper refuses the jail:
-nothing half-built is ever run in.
+comes resolved from the parent (`plan.root_ops`, `plan.PROC_OPS`); the helper
+reads each, with the plan, into the class of its op here (`ROOT_OPS`,
+`PROC_OPS`); a refused one raises `OSError` naming the target, and the
+helper refuses the jail: nothing half-built is ever run in.
 
 `build_root` runs in the helper, in a private mount namespace, with the
 rights of the caller (real root, or an unprivileged user's own user
@@ -55,7 +55,167 @@ from trunner.linux.kernel.install import _path, call, pivot_root
 
 TYPE_CHECKING = False  # not from typing: importing it costs the helper ~5 ms
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import TypeAlias
+
+    #: A plan item as it arrives: a dict of plain values.
+    Data: TypeAlias = dict[str, object]
+    RootOp: TypeAlias = "Scratch | Bind | Dir | Symlink | File | HostProc | MaskSocket"
+    ProcOp: TypeAlias = "Mask | ReadOnly | Devpts | CgroupView"
+
+
+# -- the ops, as the helper reads them -----------------------------------------------
+# One slots class per op of `trunner.linux.plan` (and the scratch's size):
+# the fields of its Struct of the same name and its tag as TAG
+# (tests/test_plan.py pins both; the meaning is documented there). Each reads
+# the op's plain dict, once, when the helper reads the plan; a dict of another
+# shape raises ValueError.
+
+
+class ScratchSize:
+    __slots__ = ("bytes", "inodes")
+
+    def __init__(self, d: "Data") -> None:
+        size, inodes = d.get("bytes"), d.get("inodes")
+        if type(size) is not int or type(inodes) is not int or len(d) != 2:
+            raise ValueError("scratch size")
+        self.bytes, self.inodes = size, inodes
+
+
+class Scratch:
+    __slots__ = ("mode", "name", "path")
+    TAG = "scratch"
+
+    def __init__(self, d: "Data") -> None:
+        name, path, mode = d.get("name"), d.get("path"), d.get("mode")
+        if type(name) is not str or type(path) is not str or type(mode) is not int or len(d) != 4:
+            raise ValueError(self.TAG)
+        self.name, self.path, self.mode = name, path, mode
+
+
+class Bind:
+    __slots__ = ("flags", "path", "source")
+    TAG = "bind"
+
+    def __init__(self, d: "Data") -> None:
+        source, path, flags = d.get("source"), d.get("path"), d.get("flags")
+        if (type(source) is not str or type(path) is not str or type(flags) is not int
+                or len(d) != 4):
+            raise ValueError(self.TAG)
+        self.source, self.path, self.flags = source, path, flags
+
+
+class Dir:
+    __slots__ = ("mode", "path")
+    TAG = "dir"
+
+    def __init__(self, d: "Data") -> None:
+        path, mode = d.get("path"), d.get("mode")
+        if type(path) is not str or type(mode) is not int or len(d) != 3:
+            raise ValueError(self.TAG)
+        self.path, self.mode = path, mode
+
+
+class Symlink:
+    __slots__ = ("path", "target")
+    TAG = "symlink"
+
+    def __init__(self, d: "Data") -> None:
+        target, path = d.get("target"), d.get("path")
+        if type(target) is not str or type(path) is not str or len(d) != 3:
+            raise ValueError(self.TAG)
+        self.target, self.path = target, path
+
+
+class File:
+    __slots__ = ("content", "mode", "path")
+    TAG = "file"
+
+    def __init__(self, d: "Data") -> None:
+        content, path, mode = d.get("content"), d.get("path"), d.get("mode")
+        if (type(content) is not str or type(path) is not str or type(mode) is not int
+                or len(d) != 4):
+            raise ValueError(self.TAG)
+        self.content, self.path, self.mode = content, path, mode
+
+
+class HostProc:
+    __slots__ = ("path",)
+    TAG = "host_proc"
+
+    def __init__(self, d: "Data") -> None:
+        path = d.get("path")
+        if type(path) is not str or len(d) != 2:
+            raise ValueError(self.TAG)
+        self.path = path
+
+
+class MaskSocket:
+    __slots__ = ("path",)
+    TAG = "mask_socket"
+
+    def __init__(self, d: "Data") -> None:
+        path = d.get("path")
+        if type(path) is not str or len(d) != 2:
+            raise ValueError(self.TAG)
+        self.path = path
+
+
+class Mask:
+    __slots__ = ("path",)
+    TAG = "mask"
+
+    def __init__(self, d: "Data") -> None:
+        path = d.get("path")
+        if type(path) is not str or len(d) != 2:
+            raise ValueError(self.TAG)
+        self.path = path
+
+
+class ReadOnly:
+    __slots__ = ("path",)
+    TAG = "read_only"
+
+    def __init__(self, d: "Data") -> None:
+        path = d.get("path")
+        if type(path) is not str or len(d) != 2:
+            raise ValueError(self.TAG)
+        self.path = path
+
+
+class Devpts:
+    __slots__ = ("max", "mode", "path", "ptmx_mode")
+    TAG = "devpts"
+
+    def __init__(self, d: "Data") -> None:
+        path, ptmx_mode, mode, limit = (d.get("path"), d.get("ptmx_mode"), d.get("mode"),
+                                        d.get("max"))
+        if (type(path) is not str or type(ptmx_mode) is not int or type(mode) is not int
+                or type(limit) is not int or len(d) != 5):
+            raise ValueError(self.TAG)
+        self.path, self.ptmx_mode, self.mode, self.max = path, ptmx_mode, mode, limit
+
+
+class CgroupView:
+    __slots__ = ("fstype", "options", "path")
+    TAG = "cgroup_view"
+
+    def __init__(self, d: "Data") -> None:
+        path, fstype, options = d.get("path"), d.get("fstype"), d.get("options")
+        if (type(path) is not str or type(fstype) is not str or type(options) is not str
+                or len(d) != 4):
+            raise ValueError(self.TAG)
+        self.path, self.fstype, self.options = path, fstype, options
+
+
+#: Each op's class by its tag (the plan's `op`).
+ROOT_OPS: "dict[object, Callable[[Data], RootOp]]" = {
+    cls.TAG: cls for cls in (Scratch, Bind, Dir, Symlink, File, HostProc, MaskSocket)}
+PROC_OPS: "dict[object, Callable[[Data], ProcOp]]" = {
+    cls.TAG: cls for cls in (Mask, ReadOnly, Devpts, CgroupView)}
+
+
+# -- building the root ---------------------------------------------------------------
 
 _ST_TO_MS = ((1, MS_RDONLY), (2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC),
              (1024, MS_NOATIME), (2048, MS_NODIRATIME), (4096, MS_RELATIME))
@@ -140,7 +300,7 @@ def _skeleton(target: str, scratch_dirs: "list[str]", skeletons: "list[str]",
             return
 
 
-def build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any]]",
+def build_root(staging: str, scratch: "ScratchSize", ops: "list[RootOp]",
                owner: "tuple[int, int]") -> None:
     """Build the jail's root from `ops` and pivot into it (see the module
     docstring). `scratch` is the size (bytes, inodes) of the run's one tmpfs for the
@@ -154,7 +314,7 @@ def build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any
     mount("newroot", "newroot", "", MS_BIND)  # a mount point, for the last pivot
     pivot_root(".", "oldroot")
     posix.chdir("/")
-    size, inodes = scratch["bytes"], scratch["inodes"]
+    size, inodes = scratch.bytes, scratch.inodes
     posix.mkdir(SCRATCH, 0o755)
     mount("tmpfs", SCRATCH, "tmpfs", MS_NOSUID | MS_NODEV,
           f"mode=0755,size={size},nr_inodes={inodes}")
@@ -162,46 +322,45 @@ def build_root(staging: str, scratch: "dict[str, int]", ops: "list[dict[str, Any
     skeletons: list[str] = []
     bound: list[str] = []
     for item in ops:
-        op = item["op"]
-        target = NEW + item["path"]
-        if op == "mask_socket":  # inside a bind made before it: nothing to build
+        target = NEW + item.path
+        if isinstance(item, MaskSocket):  # inside a bind made before it: nothing to build
             _mask_socket(target)
             continue
-        if op != "scratch":
-            read_only_bind = op == "bind" and not item["flags"] & BIND_WRITABLE
+        if not isinstance(item, Scratch):
+            read_only_bind = isinstance(item, Bind) and not item.flags & BIND_WRITABLE
             _skeleton(target, scratch_dirs, skeletons, bound, read_only_bind)
-        if op == "bind":
-            _bind(OLD + item["source"], target, item["flags"])
-        elif op == "dir":
-            _mkdirs(target, item["mode"])
-            posix.chmod(target, item["mode"])
-        elif op == "symlink":
+        if isinstance(item, Bind):
+            _bind(OLD + item.source, target, item.flags)
+        elif isinstance(item, Dir):
+            _mkdirs(target, item.mode)
+            posix.chmod(target, item.mode)
+        elif isinstance(item, Symlink):
             _mkdirs(_dirname(target))
-            posix.symlink(item["target"], target)
-        elif op == "file":
+            posix.symlink(item.target, target)
+        elif isinstance(item, File):
             _mkdirs(_dirname(target))
             flags = posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC
-            fd = posix.open(target, flags, item["mode"])
+            fd = posix.open(target, flags, item.mode)
             try:
-                posix.write(fd, _path(item["content"]))
+                posix.write(fd, _path(item.content))
             finally:
                 posix.close(fd)
-        elif op == "scratch":  # a dir of the scratch tmpfs, bound on `path`
-            mode = item["mode"]
-            source = SCRATCH + "/" + item["name"]
+        elif isinstance(item, Scratch):  # a dir of the scratch tmpfs, bound on `path`
+            mode = item.mode
+            source = SCRATCH + "/" + item.name
             posix.mkdir(source, mode)
             posix.chown(source, *owner)
             posix.chmod(source, mode)  # the umask must not narrow 1777
             _mkdirs(target)
             mount(source, target, "", MS_BIND)
             scratch_dirs.append(target + "/")
-        elif op == "host_proc":
+        elif isinstance(item, HostProc):
             # Only until pid 2 mounts the jail's own over it: the helper
             # writes its id maps here (and a fresh proc needs a full one).
             _mkdirs(target)
             mount(OLD + "/proc", target, "", MS_BIND | MS_REC)
-        else:
-            raise OSError(22, f"unknown root operation {op!r}", "root")
+        else:  # an op class added without its step here
+            raise OSError(22, f"unknown root operation {type(item).__name__}", "root")
     for path in [NEW, *skeletons]:
         mount("", path, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     umount(SCRATCH, MNT_DETACH)  # its dirs stay mounted where they were bound
@@ -267,33 +426,32 @@ def _read_only(target: str) -> None:
     mount("", target, "", MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
-def _devpts(target: str, item: "dict[str, Any]") -> None:
-    """A new devpts instance on `target`, of the user namespace pid 2 is in
+def _devpts(item: "Devpts") -> None:
+    """A new devpts instance on `item.path`, of the user namespace pid 2 is in
     (the jail's): its ptys are the run's own. Device nodes, so not nodev."""
-    options = (f"newinstance,ptmxmode={item['ptmx_mode']:04o},mode={item['mode']:04o},"
-               f"max={item['max']}")
-    mount("devpts", target, "devpts", MS_NOSUID | MS_NOEXEC, options)
+    options = f"newinstance,ptmxmode={item.ptmx_mode:04o},mode={item.mode:04o},max={item.max}"
+    mount("devpts", item.path, "devpts", MS_NOSUID | MS_NOEXEC, options)
 
 
-def enter_jail(proc_ops: "list[dict[str, Any]]", hostname: str, workdir: str) -> None:
-    """In pid 2: the jail's own /proc over the host's, `proc_ops` ("mask" or
-    "read_only" a path, "devpts" a pty instance), the hostname, the working dir."""
+def enter_jail(proc_ops: "list[ProcOp]", hostname: str, workdir: str) -> None:
+    """In pid 2: the jail's own /proc over the host's, `proc_ops` (mask or
+    make read-only a path, a pty instance, the program's cgroup), the
+    hostname, the working dir."""
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for item in proc_ops:
-        op, target = item["op"], item["path"]
-        if op == "mask":
-            _mask(target)
-        elif op == "read_only":
-            _read_only(target)
-        elif op == "devpts":
-            _devpts(target, item)
-        elif op == "cgroup_view":
+        if isinstance(item, Mask):
+            _mask(item.path)
+        elif isinstance(item, ReadOnly):
+            _read_only(item.path)
+        elif isinstance(item, Devpts):
+            _devpts(item)
+        elif isinstance(item, CgroupView):
             # The jail's cgroup namespace is rooted at the run's `prog`: the
             # mount shows that cgroup and nothing above it. Read-only.
-            mount(item["fstype"], target, item["fstype"],
-                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, item["options"])
-        else:
-            raise OSError(22, f"unknown /proc operation {op!r}", "proc")
+            mount(item.fstype, item.path, item.fstype,
+                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, item.options)
+        else:  # an op class added without its step here
+            raise OSError(22, f"unknown /proc operation {type(item).__name__}", "proc")
     name = _path(hostname)
     call("sethostname", name, len(name))
     posix.chdir(workdir)
