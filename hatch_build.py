@@ -1,4 +1,4 @@
-"""Build hook: compile the helper's C parts into trunner/linux/kernel/ (so an
+"""Build hook: compile the helper's C parts into trunner/kernel/ (so an
 editable install finds them in place) and put them in the wheel:
 
 - _kernel.c, its raw system calls: an extension module on the stable ABI of
@@ -27,7 +27,7 @@ import sysconfig
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-KERNEL = "trunner/linux/kernel"
+KERNEL = "trunner/kernel"
 SOURCE = f"{KERNEL}/_kernel.c"
 TARGET = f"{KERNEL}/_kernel.abi3.so"
 WAITER_SOURCE = f"{KERNEL}/waiter.c"

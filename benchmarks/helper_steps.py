@@ -12,7 +12,7 @@ view needs it, rewrites the command. Four views:
     shared with the parent) interpreter start, its imports, the plan parse,
     every `helper._apply` step and the exec, then the adapter's exit and reap;
  2. leave-one-out: the full plan against `LinuxBackend(unsafe_skip=(layer,))`
-    for each layer in `trunner.linux.helper.SKIPPABLE`, spawn to reap, interleaved,
+    for each layer in `trunner.helper.SKIPPABLE`, spawn to reap, interleaved,
     so kernel work outside the helper's Python (exec under a filter, netns
     setup) is counted too;
  3. imports: `python -X importtime` of the helper stage and of the jailed
@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from trunner import invocation
+from trunner.helper import SKIPPABLE
 from trunner.jail import Command
 from trunner.limits import Limits
 from trunner.linux.backend import LinuxBackend, LinuxJail
-from trunner.linux.helper import SKIPPABLE
 from trunner.linux.plan import environment
 from trunner.protocol import encode_frame
 from trunner.worker import locate_worker
@@ -75,10 +75,10 @@ import posix, sys
 sys.path.insert(0, sys.argv.pop(1))
 from trunner.worker import main
 marks.append(("import trunner.worker", _t()))
-from trunner.linux.kernel import install
+from trunner.kernel import install
 marks.append(("install", _t()))
-from trunner.linux import helper
-marks.append(("import trunner.linux.helper", _t()))
+from trunner import helper
+marks.append(("import trunner.helper", _t()))
 
 def after(fn, name=None):
     def call(*args):
@@ -100,7 +100,7 @@ posix.execv = execv
 helper.main(sys.argv[2:])
 """.replace("MARK", MARK)
 STEP_NAMES = {"start": "interpreter start (fork+exec+init, -I -S)",
-              "install": "import trunner.linux.kernel.install (_kernel)"}
+              "install": "import trunner.kernel.install (_kernel)"}
 
 
 @dataclasses.dataclass

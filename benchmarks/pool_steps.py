@@ -31,8 +31,8 @@ from typing import Any
 import trio
 
 from trunner import Runner
+from trunner.kernel.abi import SKIPPABLE
 from trunner.linux.backend import LinuxBackend
-from trunner.linux.kernel.abi import SKIPPABLE
 from trunner.worker import locate_worker
 
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")

@@ -3,7 +3,7 @@
 
     .venv/bin/python benchmarks/waiter_start.py [-n N] [--json] [BINARY ...]
 
-Each binary (default: the built `trunner/linux/kernel/trunner-waiter`) is
+Each binary (default: the built `trunner/kernel/trunner-waiter`) is
 spawned with no arguments, which it refuses at once (exit 121): what is timed
 is the spawn, the exec, the C library's start-up, that refusal, the exit and
 the reap, from this process (`posix_spawn` + `waitpid`). Binaries are

@@ -256,7 +256,7 @@ def test_helper_steps_quick_reports_every_figure(tmp_path: Path) -> None:
 
     rows = {row["variant"]: row for row in report["leave_one_out"]["rows"]}
     assert "helper, full plan" in rows
-    from trunner.linux.helper import SKIPPABLE
+    from trunner.helper import SKIPPABLE
 
     for layer in SKIPPABLE:
         assert f"full - {layer}" in rows, sorted(rows)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-KERNEL = "trunner/linux/kernel"
+KERNEL = "trunner/kernel"
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("musl-gcc") is None,
                                 reason="no C compiler or no musl-gcc (scripts/setup installs both)")
@@ -149,7 +149,7 @@ def test_a_failing_waiter_compile_is_one_line(hook: Any, tmp_path: Path) -> None
     with open(root / KERNEL / "waiter.c", "a") as f:
         f.write("\n#error not this time\n")
     message = fails(hook, root)
-    assert message == ("trunner-sandbox: compiling trunner/linux/kernel/waiter.c failed "
+    assert message == ("trunner-sandbox: compiling trunner/kernel/waiter.c failed "
                        "(the compiler's words are above)")
     assert not (root / KERNEL / "trunner-waiter").exists()
 
@@ -163,7 +163,7 @@ def test_warnings_are_errors_only_in_the_projects_own_builds(
     if werror:
         monkeypatch.setenv("TRUNNER_WERROR", werror)
         message = fails(hook, root)
-        assert message == ("trunner-sandbox: compiling trunner/linux/kernel/_kernel.c failed "
+        assert message == ("trunner-sandbox: compiling trunner/kernel/_kernel.c failed "
                            "(the compiler's words are above)")
     else:
         build(hook, root)

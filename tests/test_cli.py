@@ -225,7 +225,7 @@ LAYERS = {"namespaces", "landlock", "seccomp", "process_limit", "memory", "cgrou
 
 
 def test_doctor_reports_each_layer_in_json_and_text() -> None:
-    from trunner.linux.kernel.install import landlock_abi
+    from trunner.kernel.install import landlock_abi
     from trunner.linux.landlock import KNOWN_ABI, features_for_abi
 
     code, out = cli("doctor", "--json")

@@ -66,10 +66,10 @@ def test_exported_classes_are_final_frozen_or_errors() -> None:
 
 
 def test_import_trunner_and_the_helper_stay_light() -> None:
-    # The helper stage imports trunner.linux.helper through the package: no trio,
+    # The helper stage imports trunner.helper through the package: no trio,
     # msgspec, blake3, pyseccomp or typing on that path.
     code = (
-        "import sys; import trunner.linux.helper, trunner.linux.kernel.install;"
+        "import sys; import trunner.helper, trunner.kernel.install;"
         "print(' '.join(sorted(m for m in ('trio', 'msgspec', 'blake3', 'pyseccomp', 'typing')"
         " if m in sys.modules)))"
     )

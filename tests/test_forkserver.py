@@ -21,7 +21,7 @@ import trunner.linux.forkclient
 from conftest import TESTS_DIR, child_pids
 from support import host_children, is_alive, jailed_under, scaled, wait_until
 from trunner import Limits, Reason, RunnerError, invocation
-from trunner.linux.kernel.abi import RUN_FDS
+from trunner.kernel.abi import RUN_FDS
 
 if TYPE_CHECKING:
     from collections.abc import Callable

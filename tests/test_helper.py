@@ -23,12 +23,11 @@ import pytest
 
 from conftest import child_pids
 from support import plan_for, scaled
-from trunner import Limits, Reason, Runner, RunnerError
+from trunner import Limits, Reason, Runner, RunnerError, helper
+from trunner.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
 from trunner.jail import HostSupport
-from trunner.linux import helper
+from trunner.kernel import abi
 from trunner.linux.backend import LinuxBackend, LinuxJail
-from trunner.linux.helper import PROCESS_COUNT_EXIT, SANDBOX_SETUP_EXIT
-from trunner.linux.kernel import abi
 from trunner.linux.plan import (
     Bind,
     CpuCgroup,
@@ -212,7 +211,7 @@ async def test_each_setup_step_fails_closed(jail_root: Path, step: str) -> None:
 EMPTY_PROC = """
 import posix, sys
 sys.path.insert(0, sys.argv[sys.argv.index("--path") + 1])
-from trunner.linux.kernel import abi, install, mounts
+from trunner.kernel import abi, install, mounts
 install.unshare(abi.CLONE_NEWUSER | abi.CLONE_NEWNS)
 mounts.mount("", "/", "", abi.MS_REC | abi.MS_PRIVATE)
 mounts.mount("tmpfs", "/proc", "tmpfs", abi.MS_NOSUID | abi.MS_NODEV)

@@ -1,4 +1,4 @@
-"""trunner.linux.kernel._kernel, the helper's raw system calls (no ctypes), and the
+"""trunner.kernel._kernel, the helper's raw system calls (no ctypes), and the
 install wrappers built on it: arguments reach the kernel as given, refusals
 come back as the kernel's errno, and the helper imports neither ctypes nor
 os."""
@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from trunner.linux.kernel import _kernel, install
+from trunner.kernel import _kernel, install
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,7 +41,7 @@ def test_ints_bytes_and_none_reach_the_kernel() -> None:
     # (in a user and mount namespace of its own, so pivot_root is allowed to
     # get that far as any uid).
     code = (
-        "from trunner.linux.kernel import install\n"
+        "from trunner.kernel import install\n"
         "install.unshare(0x10000000 | 0x00020000)\n"
         "try:\n"
         "    install.pivot_root('/no/such/dir', '/no/such/dir')\n"
@@ -70,7 +70,7 @@ def test_set_rlimit_is_setrlimit() -> None:
     """prlimit64's struct as install packs it: the soft and hard limits read
     back through resource, infinity (-1) included."""
     code = (
-        "import resource; from trunner.linux.kernel import install\n"
+        "import resource; from trunner.kernel import install\n"
         "install.set_rlimit(resource.RLIMIT_NOFILE, 40, 50)\n"
         "install.set_rlimit(resource.RLIMIT_CORE, 0, -1)\n"
         "print(resource.getrlimit(resource.RLIMIT_NOFILE), "
@@ -88,7 +88,7 @@ def test_default_signal_resets_python_handler() -> None:
     """A zeroed struct sigaction is SIG_DFL: SIGINT then kills the process
     instead of raising KeyboardInterrupt."""
     code = (
-        "import os, signal; from trunner.linux.kernel import install\n"
+        "import os, signal; from trunner.kernel import install\n"
         "install.default_signal(signal.SIGINT)\n"
         "os.kill(os.getpid(), signal.SIGINT)\n"
         "print('survived')\n"
@@ -103,11 +103,11 @@ def test_helper_imports_neither_ctypes_nor_os() -> None:
     """What the helper stage loads, as started (`python -I -S`)."""
     code = (
         f"import sys; sys.path.insert(0, {REPO!r})\n"
-        "import trunner.worker.main, trunner.linux.helper, trunner.linux.kernel.mounts\n"
+        "import trunner.worker.main, trunner.helper, trunner.kernel.mounts\n"
         "print(' '.join(sorted(sys.modules)))\n"
     )
     loaded = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
                             text=True, check=True).stdout.split()
     for heavy in ("ctypes", "os", "struct", "resource", "typing", "__future__"):
         assert heavy not in loaded
-    assert "trunner.linux.kernel._kernel" in loaded
+    assert "trunner.kernel._kernel" in loaded

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 
-import trunner.linux.kernel.install as install
+import trunner.kernel.install as install
 import trunner.linux.landlock as ll
 from conftest import landlock_abi_in_force, landlock_cap
 from support import TIME_SCALE, scaled
@@ -306,7 +306,7 @@ CHILD = r"""
 import ctypes, errno, json, os, sys
 
 import msgspec
-import trunner.linux.kernel.install as inst
+import trunner.kernel.install as inst
 import trunner.linux.landlock as ll
 
 cfg = json.loads(sys.argv[1])

@@ -266,7 +266,7 @@ async def test_no_part_of_the_checkout_but_the_package(runner: Runner) -> None:
         r = {str(root)!r}
         result = [attempt(lambda: os.stat(r + "/pyproject.toml")),
                   attempt(lambda: os.stat(r + "/.git")),
-                  attempt(lambda: os.stat(r + "/trunner/linux/helper.py") and 1)]
+                  attempt(lambda: os.stat(r + "/trunner/helper.py") and 1)]
     """)
     assert result[:2] == ["ENOENT", "ENOENT"]
     assert result[2] == "OK:1"

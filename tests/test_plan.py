@@ -22,11 +22,11 @@ import msgspec.inspect as mi
 import pytest
 
 from support import plan_for
-from trunner import Limits
+from trunner import Limits, helper
 from trunner.jail import HostSupport, ProcessLimit
-from trunner.linux import helper, seccomp
+from trunner.kernel import abi, mounts
+from trunner.linux import seccomp
 from trunner.linux.backend import LinuxBackend
-from trunner.linux.kernel import abi, mounts
 from trunner.linux.plan import (
     CGROUP,
     HOST_GID,

@@ -24,8 +24,8 @@ import msgspec
 import pytest
 
 from support import FOREIGN_ABI_C, scaled, user_xattrs_absent
+from trunner.kernel import abi, install
 from trunner.linux import seccomp
-from trunner.linux.kernel import abi, install
 from trunner.linux.seccomp import compile as seccomp_compile
 from trunner.linux.seccomp.compile import ALLOW, ERRNO, Arg, Rule
 
@@ -42,7 +42,7 @@ pytestmark = pytest.mark.skipif(
 PRELUDE = """\
 import ctypes, errno, os, resource, socket, sys
 sys.path.insert(0, {repo!r})
-import trunner.linux.kernel.install as install
+import trunner.kernel.install as install
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -1004,13 +1004,13 @@ def test_import_is_cheap_for_the_helper() -> None:
     ctypes, no pyseccomp, no typing)."""
     code = (
         f"import sys; sys.path.insert(0, {REPO!r}); import trunner; before = set(sys.modules); "
-        "import trunner.linux.kernel.install; print(' '.join(sorted(set(sys.modules) - before)))"
+        "import trunner.kernel.install; print(' '.join(sorted(set(sys.modules) - before)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=scaled(60))
     added = set(out.stdout.split())
-    assert added == {"trunner.linux", "trunner.linux.kernel", "trunner.linux.kernel.abi",
-                     "trunner.linux.kernel.install", "trunner.linux.kernel._kernel"}
+    assert added == {"trunner.linux", "trunner.kernel", "trunner.kernel.abi",
+                     "trunner.kernel.install", "trunner.kernel._kernel"}
 
 
 def test_syscall_name() -> None:

@@ -16,8 +16,8 @@ from typing import Literal
 import pytest
 
 from support import scaled, wait_until
-from trunner.linux.helper import SANDBOX_SETUP_EXIT
-from trunner.linux.kernel.install import WAITER
+from trunner.helper import SANDBOX_SETUP_EXIT
+from trunner.kernel.install import WAITER
 
 # Forks a child that sleeps (the waiter's "pid 1"), writes LINE on a pipe,
 # then execs the waiter in its place, as the helper does: from a descriptor
@@ -148,7 +148,7 @@ def test_a_missing_waiter_refuses_every_run(monkeypatch: pytest.MonkeyPatch,
     """Without the binary no jail could end its run: the host probe (and so
     `Runner()` and `trunner doctor`) refuses, naming it, before any spawn."""
     from trunner.errors import Reason
-    from trunner.linux.kernel import install
+    from trunner.kernel import install
     from trunner.linux.probe import probe_host
 
     monkeypatch.setattr(install, "WAITER", str(tmp_path / "trunner-waiter"))
@@ -192,7 +192,7 @@ async def test_the_helper_and_pid_1_exec_the_waiter_from_a_descriptor(runner: ob
     descriptor (execveat, AT_EMPTY_PATH: the kernel names it /dev/fd/N),
     never by a path the jail could have rebuilt meanwhile."""
     from trunner import Runner
-    from trunner.linux.helper import WAITER_FD
+    from trunner.helper import WAITER_FD
 
     assert isinstance(runner, Runner)
     def waiters() -> list[int]:

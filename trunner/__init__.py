@@ -1,7 +1,7 @@
 """trunner: run untrusted work in a jailed subprocess from trio, get back
 exactly one verified answer.
 
-Exports are lazy: the worker's helper stage imports `trunner.linux.helper` through
+Exports are lazy: the worker's helper stage imports `trunner.helper` through
 this package and must not pay for trio or msgspec. (The helper's exit
 codes are re-exported by `trunner.backend`, the backend seam.)
 """

@@ -16,7 +16,7 @@ from trunner import cleanup
 from trunner.errors import Reason, RunnerError
 
 # The helper's exit codes (constants both sides of the Linux jail share).
-from trunner.linux.kernel.abi import (
+from trunner.kernel.abi import (
     PROCESS_COUNT_EXIT as PROCESS_COUNT_EXIT,
     SANDBOX_SETUP_EXIT as SANDBOX_SETUP_EXIT,
 )

@@ -8,7 +8,7 @@ Imports only `os`: the watchdog script imports it (through
 may end between two reads: every reader answers for one that is gone, or a
 file it cannot read, with an empty value, never an OSError. `proc` is where
 proc is mounted (tests point it elsewhere). The child side (the helper,
-`trunner/linux/kernel/`, `trunner/worker/`) reads /proc with its own code.
+`trunner/kernel/`, `trunner/worker/`) reads /proc with its own code.
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 from trunner import exec_checks, invocation
 from trunner.backend import platform_backend
 from trunner.errors import Reason, RunnerError
+from trunner.kernel.abi import BUILTIN_MODES
 from trunner.limits import Limits
 from trunner.modes import check_spec
 from trunner.protocol import ExecFile, ExecResult
 from trunner.spawn import COLD
 from trunner.worker import locate_worker
-from trunner.worker.adapters import BUILTIN_MODES
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

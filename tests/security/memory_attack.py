@@ -352,7 +352,7 @@ def run_cgroups(parent: str | None) -> list[str]:
     memory_bytes) of this driver's live runs under `parent`: the runs'
     names start with their owner's id (this process, `owner_id`)."""
     from trunner.cleanup import owner_id
-    from trunner.linux.kernel.abi import PROG_CGROUP
+    from trunner.kernel.abi import PROG_CGROUP
 
     if parent is None:
         return []

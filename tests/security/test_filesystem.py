@@ -331,7 +331,7 @@ async def test_proc_of_other_processes(runner: Runner, what: str) -> None:
         assert result == "ENOENT", (path, result)
     elif what == "1/cmdline":
         assert result.startswith("OK:"), (path, result)
-        waiter = "/trunner/linux/kernel/trunner-waiter"
+        waiter = "/trunner/kernel/trunner-waiter"
         assert result.endswith(waiter + "\\x00init\\x00'"), (path, result)
     else:
         assert result == "EACCES", (path, result)

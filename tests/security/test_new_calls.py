@@ -401,7 +401,7 @@ async def test_memfd_cannot_overwrite_what_trunner_runs(runner: Runner) -> None:
     program's own binary is a read-only bind, and a memfd holds only the
     program's own bytes (where the run has one: without a memory cgroup
     memfd_create fails ENOSYS); the waiter's file is unchanged."""
-    from trunner.linux.kernel.install import WAITER
+    from trunner.kernel.install import WAITER
 
     digest = sha256(WAITER)
     result = await _program(runner, """

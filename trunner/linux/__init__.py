@@ -1,1 +1,2 @@
-"""The Linux jail backend, split by process: parent side and helper side."""
+"""The Linux jail backend, the parent side (the child side: `trunner.helper`,
+`trunner.kernel`, `trunner.worker`)."""

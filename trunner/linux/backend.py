@@ -26,9 +26,9 @@ import trio
 from trunner import cleanup, procfs
 from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, Failure, Figures, HostSupport
+from trunner.kernel import abi
 from trunner.linux import cgroup, delegation, kmsg, landlock, seccomp, sockets, watchdog
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds, IdLease
-from trunner.linux.kernel import abi
 from trunner.linux.plan import (
     Bind,
     HelperPlan,
@@ -104,7 +104,7 @@ class LinuxJail:
     host_id: IdLease | None = None
     pgid: int = 0
     #: The helper's own argv (`PLAN {report_fd} -- ADAPTER...`): what the
-    #: fork server's leader runs (`trunner.linux.forkserver`).
+    #: fork server's leader runs (`trunner.worker.forkserver`).
     stage: tuple[str, ...] = ()
     #: The built-in mode a fork server's pid 2 serves in-process ("": it
     #: execs its adapter): a reply then needs its ready note.

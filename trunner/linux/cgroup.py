@@ -28,7 +28,7 @@ import trio
 from trunner import procfs
 from trunner.cleanup import owner_id, remove_cgroup
 from trunner.errors import Reason, RunnerError
-from trunner.linux.kernel.abi import PROG_CGROUP, SUP_CGROUP
+from trunner.kernel.abi import PROG_CGROUP, SUP_CGROUP
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

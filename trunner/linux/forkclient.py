@@ -1,4 +1,4 @@
-"""Parent side of the fork server (`trunner.linux.forkserver`): start it, hand
+"""Parent side of the fork server (`trunner.worker.forkserver`): start it, hand
 it one run at a time, hold each run's leader.
 
 One `ForkServer` serves one pool. The server is started on first use, from
@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from trunner.errors import Reason, RunnerError
+from trunner.kernel import abi
 from trunner.linux import watchdog
-from trunner.linux.kernel import abi
 from trunner.procfs import parent as _parent_of
 from trunner.spawn import Child, RunPipes, S, abandon, on_spawn_thread
 

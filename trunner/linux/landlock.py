@@ -3,7 +3,7 @@
 Pure: the masks each ABI handles, and `plan_ruleset`, which turns path
 groups into a `LandlockRuleset` (a frozen msgspec Struct) that handles every
 right the ABI knows, so anything not granted is denied. The helper applies
-it through `trunner.linux.kernel.install.restrict_filesystem`, with ints only.
+it through `trunner.kernel.install.restrict_filesystem`, with ints only.
 
 Every ABI from 1 is used (the kernel's, capped at KNOWN_ABI). `FEATURES`
 says, for each feature an older ABI lacks, which layer of the jail covers
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import msgspec
 
 # The rights and scopes (include/uapi/linux/landlock.h): one copy, shared with the helper.
-from trunner.linux.kernel.abi import (
+from trunner.kernel.abi import (
     ACCESS_FS_EXECUTE as ACCESS_FS_EXECUTE,
     ACCESS_FS_IOCTL_DEV as ACCESS_FS_IOCTL_DEV,
     ACCESS_FS_MAKE_BLOCK as ACCESS_FS_MAKE_BLOCK,

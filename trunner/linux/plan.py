@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from trunner.kernel import abi
 from trunner.limits import AUTO, AUTO_ADDRESS_SPACE_BYTES
 from trunner.linux import landlock, seccomp
 from trunner.linux.ids import DEFAULT_RANGE
-from trunner.linux.kernel import abi
 from trunner.linux.profile import PYTHON_PATHS, TRUNNER_PATH, JailProfile
 
 if TYPE_CHECKING:
@@ -327,7 +327,7 @@ class LandlockPlan(_Item, frozen=True):
 
 
 class HelperPlan(_Item, frozen=True, kw_only=True):
-    """Everything one helper run applies, resolved. See `trunner.linux.helper`;
+    """Everything one helper run applies, resolved. See `trunner.helper`;
     the fields are `abi.PLAN_FIELDS`, in that order."""
 
     version: int = abi.PLAN_VERSION
@@ -357,7 +357,7 @@ class HelperPlan(_Item, frozen=True, kw_only=True):
     #: "up": the run's own network namespace, its loopback brought up by the
     #: helper (a refusal refuses the run); "host": the host's, shared.
     loopback: str
-    #: The jail's root, built by `trunner.linux.kernel.mounts.build_root`.
+    #: The jail's root, built by `trunner.kernel.mounts.build_root`.
     root_ops: tuple[RootOp, ...]
     #: What pid 2 does to its fresh /proc, and its devpts.
     proc_ops: tuple[ProcOp, ...]

@@ -18,8 +18,8 @@ import msgspec
 from trunner import procfs
 from trunner.errors import Reason
 from trunner.jail import HostSupport, ProcessLimit
+from trunner.kernel import install
 from trunner.linux import cgroup, delegation, landlock
-from trunner.linux.kernel import install
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -1,7 +1,7 @@
 """The worker binary: what runs inside the jail, after the helper's exec.
 
 `trunner-worker MODE` (main.py) dispatches to the helper (the jail's first
-stage, `trunner.linux.helper`) or to an adapter (adapters.py, exec_mode.py), which
+stage, `trunner.helper`) or to an adapter (adapters.py, exec_mode.py), which
 reads one request frame and writes one reply frame with wire.py. Nothing
 here imports msgspec, trio or typing at module level: a user mode alone
 imports msgspec, lazily. The parent only finds the binary (`locate_worker`): the script

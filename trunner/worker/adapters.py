@@ -20,7 +20,7 @@ the frame, it is no wall (a user mode writes its own reply anyway).
 import posix
 import sys
 
-from trunner.linux.kernel.abi import BUILTIN_MODES
+from trunner.kernel.abi import BUILTIN_MODES
 from trunner.worker import prog
 from trunner.worker.wire import HEADER_BYTES, frame, unpack
 

@@ -32,8 +32,8 @@ import select
 import sys
 import time
 
-from trunner.linux.kernel._kernel import NR, syscall
-from trunner.linux.kernel.abi import (
+from trunner.kernel._kernel import NR, syscall
+from trunner.kernel.abi import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
     S_IFDIR,

@@ -2,7 +2,7 @@
 
 `helper` is dispatched first, before anything heavy is imported: it is the
 jail's first stage and must start fast; `server` is that stage kept alive
-for a pool (`trunner.linux.forkserver`). Every other mode is an adapter
+for a pool (`trunner.worker.forkserver`). Every other mode is an adapter
 (adapters.py): it reads one request frame, writes one response frame, exits.
 """
 
@@ -18,11 +18,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"usage: {WORKER_BINARY} MODE\n")
         return 2
     if argv[1] == "helper":
-        from trunner.linux import helper
+        from trunner import helper
 
         helper.main(argv[2:])
     if argv[1] == "server":
-        from trunner.linux import forkserver
+        from trunner.worker import forkserver
 
         forkserver.main(argv[2:])
     from trunner.worker import adapters

@@ -12,7 +12,7 @@ Imports only posix and abi.
 
 import posix
 
-from trunner.linux.kernel.abi import (
+from trunner.kernel.abi import (
     CGROUP_FDS,
     PROG_CPU_FD,
     PROG_CPU_SPLIT_FD,

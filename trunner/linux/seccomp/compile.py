@@ -4,7 +4,7 @@
 policy's consistency; it is pure. `compile` feeds rules to libseccomp
 (pyseccomp, imported lazily: it is slow to import) for one architecture and
 exports the BPF; `build_bpf` does both for the native one. The helper only
-installs the bytes (`trunner.linux.kernel.install`). `syscall_name` names a
+installs the bytes (`trunner.kernel.install`). `syscall_name` names a
 killed syscall number, `libseccomp_version` the libseccomp that compiles.
 """
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from trunner.linux.kernel import abi
-from trunner.linux.kernel.abi import (
+from trunner.kernel import abi
+from trunner.kernel.abi import (
     CLONE_NEWCGROUP,
     CLONE_NEWIPC,
     CLONE_NEWNET,

@@ -72,7 +72,7 @@ USAGE_NOTE = b"usage"
 #: exec that closes the pipe on the cold path does not happen there).
 READY_NOTE = b"ready"
 
-# -- the fork server's grammar (`trunner.linux.forkserver`, `forkclient`) ------
+# -- the fork server's grammar (`trunner.worker.forkserver`, `forkclient`) ------
 
 #: A run message carries the marshal of `(STAGE, MODE)` and exactly these
 #: descriptors, in order: the run's stdin, stdout, stderr, report pipe, its
@@ -168,7 +168,7 @@ def c_header() -> str:
     note = "".join(f"\\{b:03o}" for b in NOTE_MARK + JAIL_PID_NOTE + b" ")
     usage = "".join(f"\\{b:03o}" for b in NOTE_MARK + USAGE_NOTE + b" ")
     return (
-        "/* Generated from trunner/linux/kernel/abi.py at build: do not edit. */\n"
+        "/* Generated from trunner/kernel/abi.py at build: do not edit. */\n"
         f"#define TRUNNER_SANDBOX_SETUP_EXIT {SANDBOX_SETUP_EXIT}\n"
         f"#define TRUNNER_JAIL_PID_NOTE \"{note}\"\n"
         f"#define TRUNNER_USAGE_NOTE \"{usage}\"\n"

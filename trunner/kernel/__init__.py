@@ -1,4 +1,4 @@
-"""The helper side of the Linux backend: what runs between spawn and exec.
+"""The child side's kernel layer: what the helper runs between spawn and exec.
 
 posix only, no typing: `abi` (every constant both sides share), `install`
 (the raw system calls, through `_kernel.c`), `mounts` (the jail's root and

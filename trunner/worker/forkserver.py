@@ -15,7 +15,7 @@ are frozen out of the garbage collector (`gc.freeze`), so a forked run's
 collections do not copy its pages.
 
 Each message is one run: the marshal of `(STAGE, MODE)`, STAGE the helper's
-own argv (`PLAN 3 -- ADAPTER...`, as `trunner.linux.helper` reads it) and
+own argv (`PLAN 3 -- ADAPTER...`, as `trunner.helper` reads it) and
 MODE a built-in mode to serve in pid 2 without an exec (or ""), with
 exactly `abi.RUN_FDS` descriptors: the run's stdin, stdout, stderr, report pipe,
 its link (a socketpair to the parent) and its jail dir. The server checks
@@ -40,9 +40,9 @@ import marshal
 import posix
 import sys
 
-from trunner.linux import helper
-from trunner.linux.kernel import abi, install
-from trunner.linux.kernel._kernel import clone_parent
+from trunner import helper
+from trunner.kernel import abi, install
+from trunner.kernel._kernel import clone_parent
 from trunner.worker import adapters, exec_mode  # noqa: F401  served in pid 2, imported once here
 
 TYPE_CHECKING = False  # not from typing (see helper.py)

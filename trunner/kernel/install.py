@@ -2,7 +2,7 @@
 
 Runs in the single-threaded helper between spawn and exec. Imports only
 `posix` (built in; `os` costs the helper ~1.5 ms) and `_kernel`, the raw
-system calls (trunner/linux/kernel/_kernel.c; ctypes cost ~3 ms). Every function
+system calls (trunner/kernel/_kernel.c; ctypes cost ~3 ms). Every function
 takes ints, strings and bytes the parent resolved, and raises
 `OSError(errno, strerror, what)` when the kernel refuses. No policy is
 decided here. The parent also calls `landlock_abi()` to probe.
@@ -11,15 +11,15 @@ decided here. The parent also calls `landlock_abi()` to probe.
 import posix
 import sys
 
-from trunner.linux.kernel.abi import IFF_UP, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, S_IFDIR, S_IFMT
+from trunner.kernel.abi import IFF_UP, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, S_IFDIR, S_IFMT
 
 try:
-    from trunner.linux.kernel._kernel import NR, loopback_up, seccomp_filter, syscall
+    from trunner.kernel._kernel import NR, loopback_up, seccomp_filter, syscall
 except ImportError as e:  # compiled at install (hatch_build.py)
-    raise ImportError(f"trunner.linux.kernel._kernel is not built ({e}): reinstall trunner where a"
+    raise ImportError(f"trunner.kernel._kernel is not built ({e}): reinstall trunner where a"
                       " C compiler and the Python headers are present") from e
 
-#: The helper's waiting stage (trunner/linux/kernel/waiter.c), built beside this
+#: The helper's waiting stage (trunner/kernel/waiter.c), built beside this
 #: module at install: what the helper execs once pid 1 is forked.
 WAITER = __file__.rpartition("/")[0] + "/trunner-waiter"
 

@@ -1,6 +1,6 @@
 """Helper side: build the jail's root, pivot into it, and give it a /proc.
 
-Imports only `posix` and `trunner.linux.kernel` (abi, install). Every operation
+Imports only `posix` and `trunner.kernel` (abi, install). Every operation
 comes resolved from the parent (`plan.root_ops`, `plan.PROC_OPS`); the helper
 reads each, with the plan, into the class of its op here (`ROOT_OPS`,
 `PROC_OPS`); a refused one raises `OSError` naming the target, and the
@@ -32,7 +32,7 @@ then the hostname and the working dir.
 
 import posix
 
-from trunner.linux.kernel.abi import (
+from trunner.kernel.abi import (
     BIND_DEVICE,
     BIND_WRITABLE,
     MNT_DETACH,
@@ -51,7 +51,7 @@ from trunner.linux.kernel.abi import (
     S_IFLNK,
     S_IFMT,
 )
-from trunner.linux.kernel.install import _path, call, pivot_root
+from trunner.kernel.install import _path, call, pivot_root
 
 TYPE_CHECKING = False  # not from typing: importing it costs the helper ~5 ms
 if TYPE_CHECKING:

@@ -7,11 +7,11 @@ is read once, before any step, into a `Plan`: its fields exactly
 `abi.PLAN_FIELDS`, each checked, each item an instance of the slots class
 of its kind (here; the root's and /proc's ops in `mounts`), so the steps
 read typed attributes. Imports only posix and marshal (built in; `os`
-alone costs ~1.5 ms here) and `trunner.linux.kernel` (abi; install, the
+alone costs ~1.5 ms here) and `trunner.kernel` (abi; install, the
 raw system calls through `_kernel`; mounts); never trio, msgspec, typing
 or ctypes.
 Once pid 1 and pid 2 are forked, pid 1 and the helper confine themselves
-and exec `trunner-waiter` (trunner/linux/kernel/waiter.c), which waits and ends
+and exec `trunner-waiter` (trunner/kernel/waiter.c), which waits and ends
 the run in a few pages instead of an interpreter.
 
 Every layer is mandatory: a plan without one of them is refused, never
@@ -27,8 +27,8 @@ which the parent waits on at teardown. The order is written once, in
 import marshal
 import posix
 
-from trunner.linux.kernel import abi, install, mounts
-from trunner.linux.kernel.abi import (
+from trunner.kernel import abi, install, mounts
+from trunner.kernel.abi import (
     PROCESS_COUNT_EXIT as PROCESS_COUNT_EXIT,
     REPORT_FD as REPORT_FD,
     SANDBOX_SETUP_EXIT as SANDBOX_SETUP_EXIT,
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import NoReturn, TypeAlias, TypeVar
 
-    from trunner.linux.kernel.mounts import Data, ProcOp, RootOp, ScratchSize
+    from trunner.kernel.mounts import Data, ProcOp, RootOp, ScratchSize
 
     T = TypeVar("T")
     ProcessLimit: TypeAlias = "PidsCgroup | UsernsNproc | RlimitNproc"
@@ -836,7 +836,7 @@ def _run_init(done: int, bpf: bytes, ruleset: "LandlockPlan") -> "NoReturn":
 def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes,
                       adapter: "list[str]") -> "NoReturn":
     """The helper, once pid 1 is forked: confine itself, then become
-    `trunner-waiter` (trunner/linux/kernel/waiter.c), which reads pid 2's end on
+    `trunner-waiter` (trunner/kernel/waiter.c), which reads pid 2's end on
     `ends`, kills and reaps pid 1 (which ends the namespace), and leaves
     with pid 2's exit code, or, after a seccomp kill, writes JAIL_PID_NOTE
     and pid 2's host pid (found through `proc`) and dies of its signal. A

@@ -10,7 +10,7 @@
  * killed instead (pid 2 stays a zombie, for the helper to name).
  *
  * The other form is the helper:
- * The helper (trunner/linux/helper.py) forks pid 1, confines itself (no
+ * The helper (trunner/helper.py) forks pid 1, confines itself (no
  * capabilities, NO_NEW_PRIVS, the jail's seccomp filter), then execs this
  * static binary with the descriptors and pid below, so that what waits, and
  * exits last at the end of every run, is a process of a few pages, not an
