@@ -46,6 +46,7 @@ from trunner.limits import Limits
 from trunner.linux.backend import LinuxBackend, LinuxJail
 from trunner.linux.plan import environment
 from trunner.protocol import encode_frame
+from trunner.spawn import COLD
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class BenchBackend(LinuxBackend):
     at: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str],
-                  limits: Limits) -> TimedJail:
+                  limits: Limits, in_process: str = "") -> TimedJail:
         self.at["open_jail"] = now()
         if self.bare:
             env = environment(self.profile.environment)
@@ -147,7 +148,7 @@ async def once(backend: BenchBackend, temp_root: str, adapter: Argv = ADAPTER,
     at = backend.at
     at.clear()
     at["start"] = now()
-    started = await invocation.start(backend, adapter, LIMITS, temp_root)
+    started = await invocation.start(backend, adapter, LIMITS, temp_root, COLD)
     at["started"] = now()
     out = await invocation.serve(started, frame, CAPS)
     at["served"] = now()
@@ -334,7 +335,7 @@ async def parent_phases(worker: str, tmp: str, n: int) -> dict[str, Any]:
         at["encoded"] = now()
         runner.rules_version(LIMITS)
         at["start"] = now()
-        started = await invocation.start(backend, adapter, LIMITS, tmp)
+        started = await invocation.start(backend, adapter, LIMITS, tmp, COLD)
         at["started"] = now()
         out = await invocation.serve(started, frame, invocation.Caps.of(LIMITS))
         at["served"] = now()
