@@ -95,8 +95,8 @@ def _edited(**changes: Any) -> type[PlanEditing]:
 
 #: Not a directory anywhere (the host's, the jail's).
 MISSING = "/nonexistent/trunner-test"
-#: A limit on the run's processes below which fork fails: the hard limit the
-#: helper inherits, or 2**20 where there is none.
+#: An RLIMIT_NPROC hard limit any caller may set (lowering is always allowed):
+#: the one the helper inherits, or 2**20 where there is none.
 _NPROC = min(resource.getrlimit(resource.RLIMIT_NPROC)[1] & ((1 << 63) - 1), 1 << 20)
 
 
