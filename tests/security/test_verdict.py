@@ -267,7 +267,7 @@ def test_nothing_trunner_trusts_can_be_renamed_or_replaced(
     trunner = f"{site}/trunner"
     python = f"{install}/venv/bin"
     stdlib = "/usr/lib/python{}.{}".format(*sys.version_info[:2])  # the install's base
-    trusted = [site, trunner, f"{trunner}/linux", f"{trunner}/linux/kernel", f"{trunner}/worker",
+    trusted = [site, trunner, f"{trunner}/linux", f"{trunner}/kernel", f"{trunner}/worker",
                python, stdlib, "/usr/bin", "/"]
     verdict = call(install, ["python3", "-c", WALK_MOUNTS, *trusted], [],
                    uid=unused_id() if as_other_uid else None)
