@@ -1009,8 +1009,9 @@ def test_import_is_cheap_for_the_helper() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=scaled(60))
     added = set(out.stdout.split())
-    assert added == {"trunner.linux", "trunner.kernel", "trunner.kernel.abi",
-                     "trunner.kernel.install", "trunner.kernel._kernel"}
+    # Not even `trunner.linux`, the parent's backend package: the child side is its own room.
+    assert added == {"trunner.kernel", "trunner.kernel.abi", "trunner.kernel.install",
+                     "trunner.kernel._kernel"}
 
 
 def test_syscall_name() -> None:
