@@ -7,16 +7,20 @@ the rules version hold the number, never "auto"."""
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import resource
+import shutil
+import tarfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 import pytest
 import trio
 
-from support import VIA_POOL, denied, plan_for, rules_document, run_code
-from trunner import Limits, Reason, Runner, RunnerError
+from support import VIA_POOL, denied, plan_for, rules_document, run_code, scaled
+from trunner import ExecFile, Limits, Reason, Runner, RunnerError
 from trunner.cleanup import owner_id
 from trunner.cli import _limits, _limits_args
 from trunner.limits import AUTO_ADDRESS_SPACE_BYTES, GiB, MiB
@@ -28,7 +32,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 HOST = probe_host()
-CGROUP = HOST.is_root and bool(HOST.memory_cgroup_base)
+#: Whether this caller's runs have a memory cgroup (root, or a caller delegated
+#: one on cgroup v2): what "auto" is resolved by.
+CGROUP = bool(HOST.memory_cgroup_base)
 needs_memory_cgroup = pytest.mark.skipif(
     not CGROUP, reason=f"no memory cgroup for this caller (uid {HOST.uid}): auto is RLIMIT_AS")
 
@@ -64,7 +70,7 @@ def test_auto_is_resolved_when_planned() -> None:
     bare_root = dataclasses.replace(root, memory_cgroup_base="")  # no memory controller
     assert isinstance(plan_for(Limits(), root).memory, MemoryCgroup)
     assert address_space(plan_for(Limits(), root)) == RLIM_INFINITY
-    assert address_space(plan_for(Limits(), user)) == AUTO_ADDRESS_SPACE_BYTES == GiB
+    assert address_space(plan_for(Limits(), user)) == AUTO_ADDRESS_SPACE_BYTES == 6 * GiB
     assert address_space(plan_for(Limits(), bare_root)) == AUTO_ADDRESS_SPACE_BYTES
     # A number holds everywhere, a memory cgroup or not.
     for host in (root, user, bare_root):
@@ -79,8 +85,8 @@ def test_the_rules_version_hashes_the_resolved_number() -> None:
     rlimits = document["plan"]["rlimits"]
     assert {"resource": resource.RLIMIT_AS, "soft": resolved, "hard": resolved} in rlimits
     if not CGROUP:  # the same number, given or resolved: the same rules
-        assert runner.rules_version(Limits(address_space_bytes=GiB)) == runner.rules_version(
-            Limits())
+        assert runner.rules_version(
+            Limits(address_space_bytes=AUTO_ADDRESS_SPACE_BYTES)) == runner.rules_version(Limits())
     assert runner.rules_version(Limits(address_space_bytes=2 * GiB)) != runner.rules_version(
         Limits())
 
@@ -201,3 +207,93 @@ async def test_touching_past_memory_bytes_leaves_the_hosts_memory(runner: Runner
     assert e.reason is Reason.MEMORY_LIMIT
     # The bound, and room for the worker's own interpreter and the host's noise.
     assert before - lowest <= memory + 128 * MiB, (before - lowest) // MiB
+
+
+# Runtimes that reserve more address space than they use start under what
+# "auto" gives a run without a memory cgroup (issue 33, item 7): the JVM with
+# its default flags (its heap is half of RLIMIT_AS, its class space 1 GiB
+# and its code cache 240 MiB more), Node's worker_threads (a V8 isolate
+# each) and `npm install` (zlib in libuv's threads, a lifecycle script).
+# As a non-root caller without a delegated cgroup the runs get "auto"
+# itself; a caller whose runs have a memory cgroup gets the same number
+# given, which is what "auto" is for the others.
+AUTO_WITHOUT_CGROUP: int | Literal["auto"] = AUTO_ADDRESS_SPACE_BYTES if CGROUP else "auto"
+
+#: Two workers, each answering one message.
+WORKERS = """
+const { Worker } = require("worker_threads");
+let answered = 0;
+for (const n of [1, 2]) {
+  const worker = new Worker(`
+    const { parentPort } = require("worker_threads");
+    parentPort.once("message", (m) => parentPort.postMessage(m * 10));`, { eval: true });
+  worker.once("error", (e) => { console.error(e); process.exit(3); });
+  worker.once("message", (m) => {
+    console.log(`worker ${n}: ${m}`);
+    worker.terminate();
+    if (++answered === 2) console.log("workers ok");
+  });
+  worker.postMessage(n);
+}
+"""
+
+
+def _npm_package() -> dict[str, ExecFile]:
+    """A package with two local dependencies, a directory and a tarball
+    whose postinstall runs node: `npm install` links, extracts and runs a
+    script, all offline."""
+    tarball = io.BytesIO()
+    with tarfile.open(fileobj=tarball, mode="w:gz") as tar:
+        for name, text in {
+            "package.json": json.dumps({
+                "name": "packed", "version": "1.0.0", "main": "index.js",
+                "scripts": {"postinstall": "node -e \"require('fs').writeFileSync('ran', '')\""}}),
+            "index.js": "module.exports = 'packed';\n",
+        }.items():
+            data = text.encode()
+            member = tarfile.TarInfo(f"package/{name}")
+            member.size, member.mode = len(data), 0o644
+            tar.addfile(member, io.BytesIO(data))
+    return {name: ExecFile(data=data) for name, data in {
+        "package.json": json.dumps({
+            "name": "app", "version": "1.0.0", "private": True,
+            "dependencies": {"linked": "file:linked", "packed": "file:packed-1.0.0.tgz"}}).encode(),
+        "linked/package.json": json.dumps({"name": "linked", "version": "1.0.0"}).encode(),
+        "linked/index.js": b"module.exports = 'linked';\n",
+        "packed-1.0.0.tgz": tarball.getvalue(),
+    }.items()}
+
+
+_NPM_ENV = {"npm_config_offline": "true", "npm_config_audit": "false",
+            "npm_config_fund": "false", "npm_config_update_notifier": "false"}
+_RUNTIMES = {
+    "jvm": (["java", "-version"], {}, {}),
+    "node-worker-threads": (["node", "-e", WORKERS], {}, {}),
+    "npm-install": (
+        ["sh", "-c", "npm install && test -f package-lock.json -a -f node_modules/packed/ran"
+         " && node -p \"require('linked') + ' ' + require('packed')\""],
+        _npm_package(), _NPM_ENV),
+}
+
+
+@pytest.mark.parametrize("runtime", list(_RUNTIMES))
+async def test_runtimes_start_under_auto_without_a_memory_cgroup(
+        runner: Runner, runtime: str) -> None:
+    argv, files, env = _RUNTIMES[runtime]
+    tool = "npm" if runtime == "npm-install" else argv[0]
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+    # A JVM starts a thread per CPU for its GC and compilers; a slow host
+    # (the guest's TCG) takes a while to start either.
+    limits = runner.limits.replace(
+        address_space_bytes=AUTO_WITHOUT_CGROUP, processes=256, open_files=1024,
+        memory_bytes=2 * GiB, wall_time_s=scaled(120), cpu_time_s=scaled(120))
+    script = 'grep "^Max address space" /proc/self/limits; exec "$@"'
+    result = (await runner.exec(["sh", "-c", script, "sh", *argv], files=files, env=env,
+                                limits=limits)).response
+    output = (result.stdout + result.stderr).decode(errors="replace")
+    assert result.exit_code == 0, output[-2000:]
+    soft, hard = output.splitlines()[0].split()[3:5]
+    assert (soft, hard) == (str(AUTO_ADDRESS_SPACE_BYTES),) * 2, output
+    assert {"jvm": "version", "node-worker-threads": "workers ok",
+            "npm-install": "linked packed"}[runtime] in output, output

@@ -20,6 +20,7 @@ import pytest
 from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
 from support import plan_for, run_code, scaled
 from trunner import Limits, Reason, Runner, RunnerError, provider_profile_template_blake3
+from trunner.limits import AUTO_ADDRESS_SPACE_BYTES
 from trunner.linux import landlock
 from trunner.linux.backend import LinuxBackend
 from trunner.linux.probe import probe_host
@@ -144,8 +145,8 @@ def test_each_limits_field_changes_the_version(field: str) -> None:
     """Each enforced limit is hashed. `memory_bytes` too, root or not: it
     sizes the run's IPC namespace even where no memory cgroup holds it."""
     value = getattr(Limits(), field)
-    if value == "auto":  # address_space_bytes: any number differs from "auto" here
-        value = 3 * 1024**3
+    if value == "auto":  # address_space_bytes: twice what "auto" resolves to differs from it
+        value = AUTO_ADDRESS_SPACE_BYTES
     assert version(Limits().replace(**{field: value * 2})) != version()
 
 

@@ -25,7 +25,13 @@ GiB: Final = 1024 * MiB
 #: reserve large ranges (the JVM, Go, V8) start; elsewhere
 #: `AUTO_ADDRESS_SPACE_BYTES`. Resolved when the jail is planned.
 AUTO: Final = "auto"
-AUTO_ADDRESS_SPACE_BYTES: Final = 1 * GiB
+#: The smallest round RLIMIT_AS under which the JVM with its default flags,
+#: Node's worker_threads and `npm install` start, measured on hosts of 8 to
+#: 128 GB (docs/jail.md): the JVM takes half of it for its heap and needs
+#: ~2 GiB beside (1 GiB class space, code cache, threads per CPU), so 4 GiB
+#: up to 16 CPUs and 6 GiB to 128. It bounds a process, not a run: the
+#: run's bound is `processes` times it.
+AUTO_ADDRESS_SPACE_BYTES: Final = 6 * GiB
 
 
 class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -33,8 +39,8 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
 
     Defaults suit a short computation: 10 s wall, 1 MiB of response, and
     `address_space_bytes="auto"`: no RLIMIT_AS where a per-run memory cgroup
-    bounds the run (as root), else 1 GiB (CPython with msgspec needs a few
-    hundred MiB of mappings; a JVM needs more: give it explicitly).
+    bounds the run (as root), else 6 GiB, under which the JVM with its
+    default flags, Node's worker_threads and `npm install` start.
     """
 
     wall_time_s: Annotated[float, Meta(gt=0, le=86400)] = 10.0
@@ -96,7 +102,8 @@ _Checked = msgspec.defstruct(
 )
 
 
-#: Named presets for adapter classes.
+#: Named presets for adapter classes. Each keeps `address_space_bytes`
+#: "auto": none where the run has a memory cgroup, the default's elsewhere.
 PRESETS: Final[Mapping[str, Limits]] = {
     "default": Limits(),
     # A quick pure computation: tight everything.
@@ -113,7 +120,6 @@ PRESETS: Final[Mapping[str, Limits]] = {
         cpu_time_s=60.0,
         stdout_max_bytes=16 * MiB,
         stderr_max_bytes=1 * MiB,
-        address_space_bytes=4 * GiB,
         processes=64,
         file_size_bytes=256 * MiB,
     ),
@@ -122,7 +128,6 @@ PRESETS: Final[Mapping[str, Limits]] = {
         wall_time_s=120.0,
         cpu_time_s=120.0,
         stdout_max_bytes=512 * MiB,
-        address_space_bytes=4 * GiB,
         file_size_bytes=1 * GiB,
     ),
 }
