@@ -172,7 +172,9 @@ async def test_a_run_modes_figures_are_its_cgroups_from_the_request_on(runner: R
     written, and its peak."""
     from support import PRELUDE
 
-    limits = runner.limits.replace(memory_bytes=512 * MiB, processes=16, wall_time_s=scaled(60))
+    # Its children spin 6 x SPIN_S (scaled): the CPU bound is scaled with them.
+    limits = runner.limits.replace(memory_bytes=512 * MiB, processes=16, cpu_time_s=scaled(10),
+                                   wall_time_s=scaled(60))
     usage = (await runner.run("children:run_code", PRELUDE + AUTO_REAPED, limits=limits)).usage
     assert usage is not None
     if not CGROUP:  # documented (docs/figures.md): the adapter's own rusage
