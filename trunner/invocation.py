@@ -175,12 +175,23 @@ def failed_usage(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
             pass
         else:
             if reply.usage is not None:
-                return reply.usage
+                return exec_usage(reply.usage, jail)
     else:
         usage = run_usage(outcome, jail)
         if usage is not None:
             return usage
     return _usage(outcome.at_kill, outcome.wall_s)
+
+
+def exec_usage(usage: Usage | None, jail: Jail) -> Usage | None:
+    """An `exec` adapter's usage, with the peak the parent sampled where the
+    kernel keeps none of the program's cgroup (`Jail.sample_memory`): the
+    adapter then had only its tree's largest `ru_maxrss`."""
+    sampled = jail.sample_memory()
+    if usage is None or sampled is None or usage.memory_source != "max_rss":
+        return usage
+    return msgspec.structs.replace(usage, memory_source="sampled",
+                                   peak_memory_bytes=max(sampled, usage.peak_memory_bytes))
 
 
 def run_usage(outcome: Outcome, jail: Jail) -> Usage | None:
@@ -219,8 +230,11 @@ async def invoke(
             started = await start(backend, adapter_argv, limits, temp_root, spawner)
         outcome = await serve(started, frame, caps)
         response = judge(outcome, started.jail, caps.stdout_max_bytes, response_type)
-        usage = (response.usage if response_type is ExecResult
-                 else run_usage(outcome, started.jail))
+        if response_type is not ExecResult:
+            return Result(response, version, run_usage(outcome, started.jail))
+        usage = exec_usage(response.usage, started.jail)
+        if usage is not response.usage:
+            response = msgspec.structs.replace(response, usage=usage)
         return Result(response, version, usage)
 
 

@@ -37,7 +37,7 @@ CGROUP_FDS = (PROG_CPU_FD, PROG_CPU_SPLIT_FD, PROG_PEAK_FD, *PROG_JOIN_FDS, *SUP
 SUP_CGROUP = "sup"
 PROG_CGROUP = "prog"
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 11
+PLAN_VERSION = 12
 #: The plan's fields, in the order the helper applies them. The parent's
 #: `HelperPlan` and the helper's `helper.Plan` have exactly these
 #: (tests/test_plan.py pins both).

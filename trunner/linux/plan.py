@@ -136,11 +136,15 @@ class MemoryCgroup(_Item, frozen=True, tag="memory_cgroup", tag_field="kind"):
     leaf (the program) is bounded by `bytes`, and on cgroup v1 its socket
     buffers by `socket_bytes` besides (`memory.kmem.tcp.limit_in_bytes`, a
     counter of its own: TCP and UDP alike; on v2 they count in `bytes`).
-    The run's whole cgroup is bounded by the parent (`run_bound`)."""
+    The run's whole cgroup is bounded by the parent (`run_bound`). With
+    `peak`, the helper hands the exec adapter `prog`'s peak file where the
+    kernel keeps one; without (cgroup v2 before 5.19 has none; tests plan
+    that on any kernel), the parent samples `prog`'s current memory."""
 
     cgroup: str
     bytes: int
     socket_bytes: int
+    peak: bool = True
 
 
 class NoMemoryCgroup(_Item, frozen=True, tag="none", tag_field="kind"):
@@ -622,6 +626,7 @@ def plan_jail(
     unsafe_skip: Sequence[str] = (),
     host_id: int | None = None,
     seccomp_bpf: bytes | None = None,
+    sample_memory: bool = False,
 ) -> HelperPlan:
     """The helper plan for one run, from what is passed in only. `cgroup`
     and `memory_cgroup` are the run's cgroups where the host's process
@@ -657,7 +662,7 @@ def plan_jail(
     memory: MemoryPlan = NoMemoryCgroup()
     if host.memory_cgroup_base:
         memory = MemoryCgroup(cgroup=memory_cgroup, bytes=limits.memory_bytes,
-                              socket_bytes=limits.memory_bytes)
+                              socket_bytes=limits.memory_bytes, peak=not sample_memory)
     cpu: CpuPlan = NoCpuCgroup()
     if host.cpu_cgroup_base:
         cpu = CpuCgroup(cgroup=cpu_cgroup,
