@@ -57,6 +57,10 @@ SKIPPABLE = ("process_limit", "rlimits", "capabilities", "landlock", "parent_dea
 #: text (the step that failed and why), written by the helper or pid 2
 #: just before it exits SANDBOX_SETUP_EXIT or PROCESS_COUNT_EXIT.
 NOTE_MARK = b"\0"
+#: The adapter's pid in its jail's PID namespace (pid 1 is the helper's
+#: waiter). The exec adapter refuses to run as any other (`kill(-1)`).
+ADAPTER_PID = 2
+
 #: Note: the jail's pid 1, as "init HOSTPID STARTTIME" (its start time in
 #: clock ticks, /proc/PID/stat field 22): the parent waits on it at teardown.
 INIT_NOTE = b"init"
