@@ -24,7 +24,13 @@ the fields (`--wall-time-s`, `--memory-bytes`, ...). The older flags stay as
 aliases: `--timeout` (`--wall-time-s`), `--cpu` (`--cpu-time-s`),
 `--stdout-cap`, `--stderr-cap`, and `--memory`, which is
 `--address-space-bytes` (RLIMIT_AS per process), not `--memory-bytes` (the
-run's memory cgroup).
+run's memory cgroup). Each takes its value with a unit (`trunner.units`):
+`256M` (K, M, G binary, as Docker reads them; KB, MB, GB decimal), `500ms`,
+`2s`, `1m`; a bare number is bytes or seconds, as the name says.
+
+`exec --stdin TEXT` feeds TEXT; `--stdin -` this command's own stdin, and
+`--stdin-file PATH` a file's bytes. A successful `exec` prints the
+`ExecResult` without its `limit`, which is always None in a result.
 """
 
 from __future__ import annotations
@@ -224,7 +230,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     --exit-code`); a value argparse cannot check raises a `UsageError`
     naming the flag as typed.
     """
-    usage_exit = _usage_exit(argv)
+    args = build_parser(_usage_exit(argv)).parse_args(argv)
+    if args.command in ("run", "exec"):
+        args.limits = _limits(args)
+    if args.command == "exec":
+        args.env = _read_env(args.env)
+    return args
+
+
+def build_parser(usage_exit: int = EXIT_USAGE) -> argparse.ArgumentParser:
+    """The command's parser, each subcommand with its description and each
+    flag with its help; argparse's errors exit `usage_exit`."""
     parser = _Parser(prog="trunner", description=__doc__, usage_exit=usage_exit)
     parser.add_argument("--version", action="version", version=f"trunner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -276,12 +292,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         description="Check what this host supports, layer by layer, and whether a run would"
                     " work: exit 0 if it would, 1 if not (the refusal names the fix).")
     doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    args = parser.parse_args(argv)
-    if args.command in ("run", "exec"):
-        args.limits = _limits(args)
-    if args.command == "exec":
-        args.env = _read_env(args.env)
-    return args
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -334,11 +345,7 @@ async def _run_command(args: argparse.Namespace) -> int:
             return 0
         files = _read_files(args.file)
         if args.stdin_file is not None:
-            import trio
-
-            # In a thread, as stdin is: PATH may be a FIFO a signal must not wait on.
-            stdin = await trio.to_thread.run_sync(_read_stdin_file, args.stdin_file,
-                                                  abandon_on_cancel=True)
+            stdin = await _read_stdin_file(args.stdin_file)
         elif args.stdin == "-":
             from trunner.protocol import EXEC_INPUT_MAX_BYTES
 
@@ -374,31 +381,61 @@ async def _run_command(args: argparse.Namespace) -> int:
 
 
 async def _read_stdin(flag: str, max_bytes: int = -1) -> bytes:
-    """This command's own stdin, whole, as bytes, read in a thread that a
-    signal's cancellation abandons (so SIGTERM or SIGINT ends a command still
-    reading a pipe). Over `max_bytes` (when given) is a `UsageError`."""
-    import trio
-
-    data: bytes = await trio.to_thread.run_sync(
-        sys.stdin.buffer.read, max_bytes + 1 if max_bytes >= 0 else -1, abandon_on_cancel=True)
+    """This command's own stdin, whole, as bytes; over `max_bytes` (when
+    given) is a `UsageError` naming `flag`."""
+    data = await _in_thread(_read_fd, sys.stdin.fileno(), max_bytes)
     if 0 <= max_bytes < len(data):
         raise UsageError(f"{flag}: stdin is over {max_bytes} bytes, the most exec takes")
     return data
 
 
-def _read_stdin_file(path: str) -> bytes:
+async def _read_stdin_file(path: str) -> bytes:
     """`--stdin-file PATH`: the file's bytes (a `UsageError` names the flag)."""
+    import os
+
     from trunner.protocol import EXEC_INPUT_MAX_BYTES
 
+    def read() -> bytes:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return _read_fd(fd, EXEC_INPUT_MAX_BYTES)
+        finally:
+            os.close(fd)
+
     try:
-        with open(path, "rb") as f:
-            data = f.read(EXEC_INPUT_MAX_BYTES + 1)
+        data = await _in_thread(read)
     except OSError as e:
         raise UsageError(f"--stdin-file {path!r}: {e.strerror}") from None
     if len(data) > EXEC_INPUT_MAX_BYTES:
         raise UsageError(f"--stdin-file {path!r}: over {EXEC_INPUT_MAX_BYTES} bytes, the most"
                          " exec takes")
     return data
+
+
+async def _in_thread(fn: Callable[..., bytes], *args: int) -> bytes:
+    """`fn(*args)` in a thread that a signal's cancellation abandons, so
+    SIGTERM or SIGINT ends a command still reading a pipe or a FIFO."""
+    import trio
+
+    return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+
+def _read_fd(fd: int, max_bytes: int = -1) -> bytes:
+    """`fd` to its end, or to one byte past `max_bytes` (when given).
+
+    Raw reads, never `sys.stdin.buffer`: a thread abandoned in a read
+    holds no lock the interpreter's exit then waits on (it aborts, "could
+    not acquire lock for <stdin>", if a thread holds stdin's)."""
+    import os
+
+    data = bytearray()
+    while max_bytes < 0 or len(data) <= max_bytes:
+        want = 1 << 16 if max_bytes < 0 else min(1 << 16, max_bytes + 1 - len(data))
+        chunk = os.read(fd, want)
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
 
 
 def _read_env(specs: list[str]) -> dict[str, str]:
