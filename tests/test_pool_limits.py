@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from support import READY, jail_ready, let_go, scaled, wait_until
+from conftest import child_pids
+from support import READY, jail_ready, let_go, ready_info, scaled, wait_until
 from trunner import Limits, Reason, RunnerError
 from trunner.limits import MiB
 from trunner.linux.probe import probe_host
@@ -106,9 +107,10 @@ async def test_a_run_mode_takes_limits_per_call(runner: Runner) -> None:
     assert pooled.rules_version == runner.rules_version()
 
 
-def held_dir(jail_root: Path) -> Path:
-    [ready] = jail_root.glob("*/ready")
-    return ready.parent
+def holder() -> int:
+    """The leader (our child) of the one jail that called `ready`."""
+    [leader] = [pid for pid in child_pids() if ready_info(pid) is not None]
+    return leader
 
 
 HOLD = ["python3", "-c", "import os\n" + READY + "ready('held')\n"]
@@ -125,11 +127,11 @@ async def test_equal_limits_use_the_prewarmed_worker(runner: Runner, jail_root: 
     async with runner.pool("exec", size=1) as pool:
         for limits, prewarmed in ((same, True), (other, False), (None, True)):
             await wait_until(lambda: pool.idle_workers == 1, 60, "1 idle worker")
-            [idle] = list(jail_root.iterdir())
+            before = set(child_pids())  # the fork server, the idle worker's leader
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(lambda lim=limits: pool.exec(HOLD, limits=lim))
                 jail, _ = await jail_ready(go=False)
-                assert (held_dir(jail_root) == idle) is prewarmed
+                assert (holder() in before) is prewarmed
                 assert pool.idle_workers == 0
                 assert len(list(jail_root.iterdir())) == 1  # never two: one slot
                 let_go(jail)
@@ -157,7 +159,8 @@ async def test_a_call_of_its_own_limits_takes_one_of_the_pools_slots(
         nursery.start_soon(call, "b", ["true"], b)
         await wait_until(lambda: pool.calls_waiting == 1, 30, "b waiting for a slot")
         assert pool.idle_workers == 0  # ended for a's slot, not refilled while it runs
-        assert [p.name for p in jail_root.iterdir()] == [held_dir(jail_root).name]
+        assert len(list(jail_root.iterdir())) == 1  # a's: nothing of b's is made yet
+        assert len(child_pids()) == 2  # the fork server, a's leader
         assert ended == []
         let_go(jail)
         await wait_until(lambda: ended == ["a", "b"], 60, "a, then b")
