@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -129,7 +130,7 @@ async def test_equal_limits_use_the_prewarmed_worker(runner: Runner, jail_root: 
             await wait_until(lambda: pool.idle_workers == 1, 60, "1 idle worker")
             before = set(child_pids())  # the fork server, the idle worker's leader
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda lim=limits: pool.exec(HOLD, limits=lim))
+                nursery.start_soon(partial(pool.exec, HOLD, limits=limits))
                 jail, _ = await jail_ready(go=False)
                 assert (holder() in before) is prewarmed
                 assert pool.idle_workers == 0
