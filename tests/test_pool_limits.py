@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import pytest
 import trio
 
-from conftest import child_pids
-from support import READY, jail_ready, let_go, ready_info, scaled, wait_until
+from conftest import child_pids, make_runner
+from support import scaled, wait_until
 from trunner import Limits, Reason, RunnerError
 from trunner.limits import MiB
 from trunner.linux.probe import probe_host
@@ -108,19 +108,63 @@ async def test_a_run_mode_takes_limits_per_call(runner: Runner) -> None:
     assert pooled.rules_version == runner.rules_version()
 
 
-def holder() -> int:
-    """The leader (our child) of the one jail that called `ready`."""
-    [leader] = [pid for pid in child_pids() if ready_info(pid) is not None]
-    return leader
+class Gate:
+    """A jailed program held until the host lets it go, as root and not: it
+    waits for `go` in a dir the jail sees read-only (an import path of
+    `runner`); the host finds it by a token in its argv (/proc/PID/cmdline
+    is readable where a jail's cwd is not)."""
+
+    def __init__(self, tmp_path: Path, jail_root: Path) -> None:
+        self.dir = tmp_path / "gate"
+        self.dir.mkdir()
+        self.dir.chmod(0o755)  # a root caller's jail runs as a host id of its own
+        self.runner = make_runner(import_paths=[str(self.dir)], temp_root=str(jail_root),
+                                  limits=Limits(wall_time_s=scaled(20.0)))
+        self.count = 0
+
+    def program(self) -> tuple[list[str], bytes]:
+        """A new held program's argv, and the token that finds it."""
+        self.count += 1
+        token = f"gate-{os.getpid()}-{self.count}"
+        go = str(self.dir / "go")
+        return (["python3", "-c", f"import os, time  # {token}\n"
+                 f"while not os.path.exists({go!r}): time.sleep(0.005)\n"], token.encode())
+
+    def open(self) -> None:
+        (self.dir / "go").touch()
+
+    def close(self) -> None:
+        (self.dir / "go").unlink(missing_ok=True)
 
 
-HOLD = ["python3", "-c", "import os\n" + READY + "ready('held')\n"]
+def running(token: bytes) -> int | None:
+    """The host pid of the one process whose argv holds `token`, if any."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if token in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    assert len(found) <= 1, found
+    return found[0] if found else None
 
 
-async def test_equal_limits_use_the_prewarmed_worker(runner: Runner, jail_root: Path) -> None:
+def leader_of(pid: int) -> int:
+    """The ancestor of `pid` that is our child: its jail's leader."""
+    while (parent := int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+           ) != os.getpid():
+        pid = parent
+    return pid
+
+
+async def test_equal_limits_use_the_prewarmed_worker(tmp_path: Path, jail_root: Path) -> None:
     """Limits equal to the pool's, however built, are the pool's: the call
-    is served in the idle worker's jail; other limits get a jail of their
-    own (and the idle worker is ended for its slot)."""
+    is served by the idle worker; other limits get a jail of their own,
+    and the idle worker is ended for its slot."""
+    gate = Gate(tmp_path, jail_root)
+    runner = gate.runner
     same = Limits.from_mapping({"wall_time_s": runner.limits.wall_time_s})
     assert same == runner.limits
     assert same is not runner.limits
@@ -129,21 +173,25 @@ async def test_equal_limits_use_the_prewarmed_worker(runner: Runner, jail_root: 
         for limits, prewarmed in ((same, True), (other, False), (None, True)):
             await wait_until(lambda: pool.idle_workers == 1, 60, "1 idle worker")
             before = set(child_pids())  # the fork server, the idle worker's leader
+            argv, token = gate.program()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(partial(pool.exec, HOLD, limits=limits))
-                jail, _ = await jail_ready(go=False)
-                assert (holder() in before) is prewarmed
+                nursery.start_soon(partial(pool.exec, argv, limits=limits))
+                held = await wait_until(partial(running, token), 30, "the held program")
+                assert (leader_of(held) in before) is prewarmed
                 assert pool.idle_workers == 0
                 assert len(list(jail_root.iterdir())) == 1  # never two: one slot
-                let_go(jail)
+                gate.open()
+            gate.close()
 
 
 async def test_a_call_of_its_own_limits_takes_one_of_the_pools_slots(
-        runner: Runner, jail_root: Path) -> None:
+        tmp_path: Path, jail_root: Path) -> None:
     """A pool of size 1: two calls with limits of their own do not run at
     once. The second waits (nothing of it started: no jail dir, no
     process) until the first has ended; then it runs; then the pool
     refills."""
+    gate = Gate(tmp_path, jail_root)
+    runner = gate.runner
     a = runner.limits.replace(cpu_time_s=2.0)
     b = runner.limits.replace(cpu_time_s=3.0)
     ended: list[str] = []
@@ -155,15 +203,16 @@ async def test_a_call_of_its_own_limits_takes_one_of_the_pools_slots(
 
     async with runner.pool("exec", size=1) as pool, trio.open_nursery() as nursery:
         await wait_until(lambda: pool.idle_workers == 1, 60, "1 idle worker")
-        nursery.start_soon(call, "a", HOLD, a)
-        jail, _ = await jail_ready(go=False)
+        argv, token = gate.program()
+        nursery.start_soon(call, "a", argv, a)
+        held = await wait_until(lambda: running(token), 30, "a's program")
         nursery.start_soon(call, "b", ["true"], b)
         await wait_until(lambda: pool.calls_waiting == 1, 30, "b waiting for a slot")
         assert pool.idle_workers == 0  # ended for a's slot, not refilled while it runs
         assert len(list(jail_root.iterdir())) == 1  # a's: nothing of b's is made yet
-        assert len(child_pids()) == 2  # the fork server, a's leader
+        assert sorted(child_pids()) == sorted({pool._spawner.pid, leader_of(held)})  # type: ignore[attr-defined]
         assert ended == []
-        let_go(jail)
+        gate.open()
         await wait_until(lambda: ended == ["a", "b"], 60, "a, then b")
         await wait_until(lambda: pool.idle_workers == 1, 60, "the pool refilled")
         assert pool.calls_waiting == 0
