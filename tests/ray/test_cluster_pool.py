@@ -445,9 +445,13 @@ async def test_asyncio_pool(nodes: Nodes) -> None:
             with pytest.raises(RunnerError) as e:
                 await p.exec([])
             assert e.value.reason is Reason.BAD_REQUEST
+            other = LIMITS.replace(cpu_time_s=3.0)
+            r = await p.exec(["true"], limits=other)
+            assert r.rules_version == Runner(limits=other).rules_version() != p.rules_version
             stats = await p.node_stats()
-            # The 20, and the cancelled one; the bad request never left the driver.
-            assert sum(s.served for s in stats.values()) == 21
+            # The 20, the cancelled one, the own limits' one; the bad request
+            # never left the driver.
+            assert sum(s.served for s in stats.values()) == 22
             return [r.response.stdout for r in outs]
 
     outs = await trio.to_thread.run_sync(asyncio.run, main())
