@@ -94,6 +94,45 @@ async def test_memory_per_problem_on_one_pool(runner: Runner) -> None:
                          "memory_bytes")
 
 
+#: A value of its own for every field of `Limits`, far from the runner's:
+#: the smallest allowed, but for the times (a start-up on a busy host stays
+#: well within them).
+EVERY_FIELD = {
+    "wall_time_s": 5.0,
+    "stdout_max_bytes": 0,
+    "stderr_max_bytes": 0,
+    "cpu_time_s": 0.5,
+    "address_space_bytes": 64 * MiB,
+    "processes": 1,
+    "open_files": 16,
+    "file_size_bytes": 0,
+    "scratch_bytes": 1 * MiB,
+    "memory_bytes": 32 * MiB,
+}
+
+
+async def verdict(run: Awaitable[Result[ExecResult]]) -> tuple[object, ...]:
+    try:
+        result = await run
+    except RunnerError as e:
+        return (e.reason,)
+    return (result.response.exit_code, result.response.stdout, result.rules_version)
+
+
+async def test_every_field_may_differ(runner: Runner) -> None:
+    """The fork server fixes no limit: whatever one field's value, a call
+    with it gets a cold run's verdict and rules version (the odd verdicts
+    of some smallest values included: they are the cold path's own)."""
+    assert set(EVERY_FIELD) == set(Limits.__struct_fields__)
+    async with runner.pool("exec", size=1) as pool:
+        for field, value in EVERY_FIELD.items():
+            limits = runner.limits.replace(**{field: value})
+            for argv in (["true"], ["python3", "-c", "print(1)"]):
+                pooled = await verdict(pool.exec(argv, limits=limits))
+                cold = await verdict(runner.exec(argv, limits=limits))
+                assert pooled == cold, (field, argv)
+
+
 async def test_a_run_mode_takes_limits_per_call(runner: Runner) -> None:
     tight, _ = problems(runner)
     async with runner.pool("children:run_code", size=1) as pool:
