@@ -155,7 +155,7 @@ class Router:
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
         own = self.own_limits(limits)
         request, _ = exec_checks.exec_request(argv, stdin, files, collect,
-                                              own or self.spec.limits, env)
+                                              self.spec.limits if own is None else own, env)
         return wire.ExecCall(id=self.call_id(), argv=request.argv, stdin=request.stdin,
                              files=request.files, collect=request.collect, env=request.env,
                              limits=own)
