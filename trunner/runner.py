@@ -232,7 +232,9 @@ class Runner:
         use; the pool refills on the next use, in a nursery the `async with`
         opens in the caller's task. An exception of the body leaves the
         `async with` as itself; a refill that cannot spawn cancels the body
-        and leaves it as that one `RunnerError`.
+        and leaves it as that one `RunnerError`. A call's own `limits=`
+        (`pool.run`, `pool.exec`) other than these gets a jail started for
+        it, in one of the `size` slots (docs/pool.md, "Limits per call").
 
         Raises:
             RunnerError: `unknown_mode`, here; the pool's own failure, from
