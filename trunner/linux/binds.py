@@ -10,8 +10,9 @@ here, and what a refusal raises:
 - `parse_binds`, `parse_etc`: the arguments' shape (`ValueError`, as for
   `import_paths`);
 - `shadow_refusal` (pure, on the paths the plan binds): a bind that would
-  hide or land in one of the jail's own paths, or move one host dir over
-  another bound one (`sandbox_setup`);
+  hide or land in one of the jail's own paths (in /tmp it may land, as an
+  import path may), or move one host dir over another bound one
+  (`sandbox_setup`);
 - `writer_refusal` (as root, reads the host): a bind of a tree that a
   user other than root could write, itself, its parents or anything in it
   (`sandbox_setup`).
@@ -93,22 +94,26 @@ def parse_etc(etc: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(out)))
 
 
-def shadow_refusal(binds: Sequence[HostBind], built: Iterable[str],
-                   bound: Iterable[str]) -> str | None:
+def shadow_refusal(binds: Sequence[HostBind], built: Iterable[str], bound: Iterable[str],
+                   scratch: Iterable[str] = ("/tmp",)) -> str | None:
     """Why `binds` cannot be planned, or None. `built`: the paths the jail
     makes itself (/dev, /etc, /proc, /tmp, the working dir, /sys/fs/cgroup);
     `bound`: the host paths it binds at their own path (the system dirs,
-    the interpreter's, trunner's, import paths).
+    the interpreter's, trunner's, import paths); `scratch`: the built dirs
+    a bind may lie in, as an import path may (the helper keeps the dirs
+    above it a read-only tmpfs of their own).
 
-    A target may not be /, nor hold or lie in a built path. A bind at its
-    own path may hold or lie in another bind at its own path (the same
-    files, bound once); a bind moved to another path may overlap nothing."""
-    built, bound = list(built), list(bound)
+    A target may not be /, nor hold or be a built path, nor lie in one
+    outside `scratch`. A bind at its own path may hold or lie in another
+    bind at its own path (the same files, bound once); a bind moved to
+    another path may overlap no other."""
+    built, bound, scratch = list(built), list(bound), list(scratch)
     same = [*bound, *(target for source, target in binds if source == target)]
     for source, target in binds:
         if target == "/":
             return f"bind {source} on /: it would shadow the jail's whole root"
-        clash = next((p for p in built if _overlap(target, p)), None)
+        clash = next((p for p in built if _overlap(target, p)
+                      and not (p in scratch and target != p and _inside(target, p))), None)
         if clash is not None:
             return f"bind {source} on {target}: it would shadow the jail's own {clash}"
         if source == target:
