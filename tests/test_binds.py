@@ -3,7 +3,7 @@ entries runtimes need (issue 35, items 1 and 2): rustup's rustc and pyenv's
 interpreters compile and run in the jail, a bind at a target path, the
 refusals with their reason, and OpenJDK's javac, `java Main.java` and
 SecureRandom with the default /etc. The attacks on a bind are in
-tests/security/test_binds.py."""
+tests/security/test_bind_attacks.py."""
 
 from __future__ import annotations
 
