@@ -11,7 +11,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -134,7 +134,7 @@ def test_a_bind_is_read_and_exec_under_landlock_at_the_runs_abi(chain: Path) -> 
     (TRUNNER_TEST_LANDLOCK_ABI), no write right of any ABI."""
     abi = landlock_abi_in_force()
     runner = make_runner(binds=[(str(chain), "/opt/chain")])
-    plan = runner.backend.rules_document(runner.limits)["plan"]
+    plan: dict[str, Any] = runner.backend.rules_document(runner.limits)["plan"]  # type: ignore[assignment]
     rules = {rule["path"]: rule["dir_access"] for rule in plan["landlock"]["paths"]}
     assert plan["landlock"]["abi"] == abi
     assert rules["/opt/chain"] == landlock.rx_access(abi)
