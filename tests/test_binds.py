@@ -7,6 +7,7 @@ tests/security/test_bind_attacks.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -40,7 +41,11 @@ TOOL_LIMITS = Limits(wall_time_s=scaled(60), cpu_time_s=scaled(60), processes=64
 
 def unreadable(path: Path) -> str | None:
     """Why this uid cannot use `path` (root's home is mode 700), or None."""
-    if not path.exists() and os.access(path.parent, os.X_OK):
+    try:
+        exists = path.exists()
+    except PermissionError:
+        exists = True
+    if not exists:
         return f"no {path} on this host"
     if not os.access(path, os.R_OK | os.X_OK):
         return f"{path} is not readable by uid {os.getuid()} (root's home is mode 700)"
@@ -301,6 +306,59 @@ async def test_pyenv_interpreter_runs_in_the_jail(jail_root: Path) -> None:
     r = (await runner.exec([f"{version}/bin/python3", "-c",
                             "import sys, ssl; print(sys.prefix, 6 * 7)"])).response
     assert (r.exit_code, r.stdout) == (0, f"{version} 42\n".encode()), r.stderr
+
+
+#: The caller for a non-root run: one exec with `binds`, its result as JSON.
+BIND_CALLER = """
+import json, trio
+from trunner import Limits, Runner
+from trunner.linux.backend import LinuxBackend
+from trunner.worker import locate_worker
+argv, binds, temp_root, cap = json.loads({args!r})
+
+async def main():
+    binds_ = [tuple(b) for b in binds]
+    if cap is None:
+        runner = Runner(temp_root=temp_root, binds=binds_)
+    else:
+        runner = Runner(temp_root=temp_root, backend=LinuxBackend(
+            locate_worker(), landlock_abi=cap, binds=binds_))
+    r = (await runner.exec(argv)).response
+    print(json.dumps([r.exit_code, r.stdout.decode(), r.stderr.decode()[-2000:]]))
+
+trio.run(main)
+"""
+
+
+def test_pyenv_interpreter_runs_for_a_non_root_caller() -> None:
+    """As a non-root caller (from root: an unused uid, through setpriv), a
+    pyenv interpreter copied where that uid can read it (~/.pyenv is in
+    root's mode-700 home), bound at the prefix it was built for: its
+    libpython is found through an absolute RPATH (at /opt/py: exit 127)."""
+    from installed import run_caller, temp_install, unused_id, world_python
+
+    from conftest import landlock_cap
+
+    if not ROOT:
+        pytest.skip("a caller of another uid needs root to start it")
+    version = pyenv_version()
+    python = world_python()
+    if version is None or python is None:
+        pytest.skip("no pyenv interpreter, or none of this Python's version any uid can run")
+    install = temp_install(python)
+    try:
+        copy = install / "pyenv" / version.name
+        shutil.copytree(version, copy, symlinks=True)
+        subprocess.run(["chmod", "-R", "a+rX", str(install / "pyenv")], check=True)
+        temp_root = Path(tempfile.mkdtemp(prefix="jails-", dir=install))
+        temp_root.chmod(0o1777)
+        argv = [f"{version}/bin/python3", "-c", "import sys, ssl; print(sys.prefix, 6 * 7)"]
+        args = [argv, [[str(copy), str(version)]], str(temp_root), landlock_cap()]
+        out = run_caller(install, BIND_CALLER.format(args=json.dumps(args)), uid=unused_id())
+        assert list(temp_root.iterdir()) == [], "the caller left a jail dir behind"
+    finally:
+        shutil.rmtree(install)
+    assert out == [0, f"{version} 42\n", ""]
 
 
 # -- the /etc runtimes need ----------------------------------------------------------
