@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -404,3 +405,18 @@ async def test_etc_entries_of_the_callers(jail_root: Path) -> None:
     version = Path("/etc/debian_version").read_text()
     assert await run_code(runner, code) == [f"OK:{version!r}", os.readlink("/etc/mtab"),
                                             "OK:True"]
+
+
+def test_the_docs_block_runs_as_written(tmp_path: Path) -> None:
+    """docs/toolchains.md's program, as written: rustup's rustc where this
+    uid has ~/.rustup, else its own message."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "toolchains.md").read_text()
+    (block,) = re.findall(r"^```python\n(.*?)^```$", text, re.M | re.S)
+    (tmp_path / "toolchains.py").write_text(block)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "toolchains.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=scaled(300), check=False)
+    assert done.returncode == 0, done.stderr
+    home = Path(os.path.expanduser("~"))
+    rustup = unreadable(home / ".rustup") is None and unreadable(home / ".cargo") is None
+    assert done.stdout == ("0 b'42\\n'\n" if rustup else "no rustup here\n")
