@@ -49,10 +49,10 @@ class Runner:
             (bound at its own path) or a `(host_dir, path_in_jail)` pair.
             Part of the rules version (the paths, not the contents). Refused
             (`sandbox_setup`) where one would shadow the jail's own paths
-            (/, /dev, /etc, /proc, /sys/fs/cgroup, /tmp, the working dir) or
-            move over another bound dir, and as root where a user other than
-            root could write it, its parents or anything in it.
-            docs/toolchains.md.
+            (/, or on, above or in /dev, /etc, /proc, /sys/fs/cgroup, the
+            working dir; on or above /tmp) or move over another bound dir,
+            and as root where a user other than root could write it, its
+            parents or anything in it. docs/toolchains.md.
         etc: host /etc entries the jail holds beside its short default list
             (a symlink stays a link, never followed).
         temp_root: where jail dirs are made (default: the system temp dir);
