@@ -65,7 +65,7 @@ def parse_binds(binds: Iterable[str | Sequence[str]]) -> tuple[HostBind, ...]:
         if not os.path.isabs(target) or "\0" in target:
             raise ValueError(f"bind target {target!r} is not an absolute path")
         if "\0" in source or not os.path.isdir(source):
-            raise ValueError(f"bind source {source!r} is not a directory")
+            raise ValueError(f"bind source {source!r} is not a directory this process can reach")
         out.append((os.path.realpath(source), os.path.normpath(target)))
     return tuple(out)
 
