@@ -28,10 +28,12 @@ from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, Failure, Figures, HostSupport
 from trunner.kernel import abi
 from trunner.linux import cgroup, delegation, kmsg, landlock, seccomp, sockets, watchdog
+from trunner.linux.binds import HostBind, parse_binds, parse_etc, writer_refusal
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds, IdLease
 from trunner.linux.plan import (
     Bind,
     HelperPlan,
+    bind_refusal,
     encode_plan,
     environment,
     for_run,
@@ -397,6 +399,9 @@ class LinuxBackend:
             this process lives in, which it moves itself into at `settle()`
             (its first run or pool) so that runs' cgroups can be made beside it
             (`trunner.linux.delegation`; None: `TRUNNER_CGROUP_LEAF`).
+        binds: host dirs the jail reads and execs, each a path or a (host
+            dir, target) pair (`trunner.linux.binds`); checked at `check()`.
+        etc: /etc entries the jail holds beside `plan.ETC_FILES`.
     """
 
     worker: str
@@ -408,6 +413,8 @@ class LinuxBackend:
     host_ids: range = DEFAULT_RANGE
     host_files: HostFiles = field(default_factory=HostFiles)
     cgroup_leaf: str | None = None
+    binds: Sequence[str | tuple[str, str]] = ()
+    etc: Sequence[str] = ()
     _host: HostSupport | None = field(default=None, repr=False)
     _paths: HostPaths | None = field(default=None, repr=False)
     #: The compiled filters, by `seccomp_policy_for`'s policy (it follows the
@@ -416,11 +423,14 @@ class LinuxBackend:
     _launch: tuple[str, ...] | None = field(default=None, repr=False)
     _prepared: dict[Limits, Prepared] = field(default_factory=dict, repr=False)
     _ids_checked: bool = field(default=False, repr=False)
+    _binds_checked: bool = field(default=False, repr=False)
     #: `prog`'s current-memory file's name where it is sampled ("": the
     #: kernel keeps a peak), from the first run.
     _memory_now_name: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self._binds: tuple[HostBind, ...] = parse_binds(self.binds)  # ValueError: a bad one
+        self._etc = parse_etc(self.etc)
         self._ids = HostIds(self.host_ids, self.host_files)  # ValueError for a bad range
         self._cgroups = cgroup.RunCgroups()
 
@@ -475,6 +485,26 @@ class LinuxBackend:
         if host.is_root and not self._ids_checked:
             self._ids.check()  # once: it reads every process's ids
             self._ids_checked = True
+        if not self._binds_checked:
+            self._check_binds(host.is_root)
+            self._binds_checked = True
+
+    def _check_binds(self, is_root: bool) -> None:
+        """The caller's binds: none shadows the jail's paths; as root, none
+        holds what a user but root could change (walked once: the tree
+        may be large)."""
+        refusal = bind_refusal(self._binds, self.profile, self.host_paths(), self.import_paths)
+        if refusal is None and is_root:
+            mounts = sockets.mount_points()
+            for source in dict.fromkeys(source for source, _ in self._binds):
+                try:
+                    refusal = writer_refusal(source, mounts)
+                except OSError as e:
+                    refusal = f"bind {source}: cannot walk it: {e}"
+                if refusal is not None:
+                    break
+        if refusal is not None:
+            raise RunnerError(Reason.SANDBOX_SETUP, refusal)
 
     def abi(self) -> int:
         """The Landlock ABI in force: the kernel's, or `landlock_abi` if given
@@ -517,7 +547,7 @@ class LinuxBackend:
 
     def host_paths(self) -> HostPaths:
         if self._paths is None:
-            self._paths = snapshot(profile_paths(self.profile, self.import_paths))
+            self._paths = snapshot(profile_paths(self.profile, self.import_paths, self._etc))
         return self._paths
 
     def prepared(self, limits: Limits) -> Prepared:
@@ -532,7 +562,8 @@ class LinuxBackend:
                     raise RunnerError(Reason.SANDBOX_SETUP, f"seccomp: {e}") from e
             paths = self.host_paths()
             plan = plan_jail(limits, self.probe(), paths, self.profile,
-                             import_paths=self.import_paths, parent_pid=os.getpid(),
+                             import_paths=self.import_paths, binds=self._binds, etc=self._etc,
+                             parent_pid=os.getpid(),
                              landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip,
                              seccomp_bpf=self._bpf[policy], sample_memory=self.sample_memory)
             if not self.probe().is_root:
@@ -544,17 +575,20 @@ class LinuxBackend:
         return done
 
     def _caller_paths(self) -> list[str]:
-        """The bound paths that are the caller's, not the system's: import
-        paths, and any path the profile adds to the default profile's."""
+        """The paths bound at their own path that are the caller's, not the
+        system's: import paths, binds, and any path the profile adds to the
+        default profile's."""
         ours = {*DEFAULT_PROFILE.read_exec, *DEFAULT_PROFILE.read_only,
                 *DEFAULT_PROFILE.read_write}
         named = [*self.profile.read_exec, *self.profile.read_only, *self.profile.read_write]
-        return sorted({os.path.normpath(p) for p in (*self.import_paths, *named)
+        same = [source for source, target in self._binds if source == target]
+        return sorted({os.path.normpath(p) for p in (*self.import_paths, *named, *same)
                        if p not in ours})
 
     def _sockets_shown(self, plan: HelperPlan) -> list[str]:
-        """Every unix socket (and unlistable dir) the plan's binds would show:
-        the system dirs walked once per process, the caller's paths now."""
+        """Every unix socket (and unlistable dir) the plan's binds would show,
+        as the jail sees it: the system dirs walked once per process, the
+        caller's paths now (a bind moved to a target: found at the target)."""
         caller = self._caller_paths()
 
         def is_caller(path: str) -> bool:
@@ -563,11 +597,17 @@ class LinuxBackend:
         mounts = sockets.mount_points()
         found: list[sockets.Found] = []
         for op in plan.root_ops:
-            if not isinstance(op, Bind) or op.flags & abi.BIND_DEVICE or is_caller(op.source):
+            if (not isinstance(op, Bind) or op.flags & abi.BIND_DEVICE or is_caller(op.source)
+                    or op.source != op.path):
                 continue
             found.append(sockets.system_walk(op.source, mounts))
         found += [sockets.find_sockets(path, mounts) for path in caller]
-        return [path for f in found for path in (*f.sockets, *f.unlistable)]
+        shown = [path for f in found for path in (*f.sockets, *f.unlistable)]
+        for source, target in self._binds:
+            if source != target:
+                f = sockets.find_sockets(source, mounts)
+                shown += [target + path[len(source):] for path in (*f.sockets, *f.unlistable)]
+        return shown
 
     def _document(self, limits: Limits, plan: HelperPlan, paths: HostPaths) -> dict[str, Any]:
         doc: dict[str, Any] = {
