@@ -1,0 +1,2 @@
+/* A compile error: a missing semicolon. */
+int main(void) { return 0 }

@@ -1,0 +1,2 @@
+// A compile error: a missing semicolon.
+int main() { return 0 }

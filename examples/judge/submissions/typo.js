@@ -1,0 +1,2 @@
+// A compile error: an unclosed parenthesis.
+console.log(0;

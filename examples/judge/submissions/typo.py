@@ -1,0 +1,2 @@
+# A compile error: an unclosed parenthesis.
+print(0

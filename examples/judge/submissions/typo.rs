@@ -1,0 +1,5 @@
+// A compile error: a missing semicolon.
+fn main() {
+    let total = 0
+    println!("{total}");
+}
