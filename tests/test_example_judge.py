@@ -90,7 +90,7 @@ def test_its_limits_keep_each_verdict_apart() -> None:
     assert names["NODE_PROCESSES"] >= 8
 
 
-@pytest.mark.slow  # waits out its wall-limit cases (4 s each) and CPU-limit ones
+@pytest.mark.slow  # waits out its wall-limit cases (5 s each) and CPU-limit ones
 def test_the_judge_gives_each_language_its_verdicts(jail_root: Path) -> None:
     # The example's jails go under the test's jail root, so the leak check sees them.
     env = {**os.environ, "TMPDIR": str(jail_root)}

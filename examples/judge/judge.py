@@ -14,8 +14,8 @@ All of it runs on ONE pool (`runner.pool("exec")`), opened with the build's
 limits: a build takes a prewarmed worker; a case takes its problem's limits
 (`pool.exec(..., limits=...)`), so a jail started for that call, in one of
 the pool's slots. The two problems have the same task and different limits:
-`sum` is decided by CPU time (the wall limit ten times the CPU limit, so a
-busy loop runs out of CPU time first even on a loaded host), `sum-wall` by
+`sum` is decided by CPU time (the wall limit twenty times the CPU limit, so
+a busy loop runs out of CPU time first even on a loaded host), `sum-wall` by
 the wall clock (a program that waits; its CPU limit is far above what the
 JVM's start uses). Per language, `processes` is what the runtime needs: the
 JVM's documented floor (docs/toolchains.md), Node's 8.
@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from trunner import ExecFile, Limits, Reason, Runner, RunnerError, Usage
+from trunner.limits import KiB, MiB
 from trunner.linux.probe import probe_host
 
 if TYPE_CHECKING:
@@ -58,7 +59,6 @@ HERE = Path(__file__).resolve().parent
 SUBMISSIONS = HERE / "submissions"
 #: The PATH a program has in the jail: a tool is present if it is found there.
 JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
-MiB, KiB = 1 << 20, 1 << 10
 #: Runs at a time: the pool's size (each case's jail takes one of its slots).
 JOBS = 4
 #: A build: compilers start threads and processes (rustc, javac: 64 is ample).
@@ -102,9 +102,9 @@ def numbers(*values: int) -> bytes:
 
 
 PROBLEMS = (
-    # Decided by CPU time: 1 s of CPU, 10 s of wall (10x: a busy loop given a
-    # tenth of a core still ends by its CPU time).
-    Problem("sum", cpu_time_s=1, wall_time_s=10, memory_bytes=256 * MiB,
+    # Decided by CPU time: 1 s of CPU, 20 s of wall (20x: a busy loop given a
+    # tenth of a core on a loaded host still ends by its CPU time, with room).
+    Problem("sum", cpu_time_s=1, wall_time_s=20, memory_bytes=256 * MiB,
             stdout_max_bytes=64 * KiB, cases=(
                 Case("01-small", numbers(1, 2, 3), b"6"),
                 Case("02-long", numbers(*range(1, 151)), b"11325"),
@@ -113,9 +113,9 @@ PROBLEMS = (
                 Case("05-empty", b"", b"0"),
                 Case("06-huge", numbers(1, 5_000_000_000_000), b"5000000000001"),
             )),
-    # Decided by the wall clock: 4 s of wall, 10 s of CPU (a program that
+    # Decided by the wall clock: 5 s of wall, 10 s of CPU (a program that
     # waits uses almost none: the JVM's start, about 1 %).
-    Problem("sum-wall", cpu_time_s=10, wall_time_s=4, memory_bytes=128 * MiB,
+    Problem("sum-wall", cpu_time_s=10, wall_time_s=5, memory_bytes=128 * MiB,
             stdout_max_bytes=64 * KiB, cases=(
                 Case("01-small", numbers(4, 5), b"9"),
                 Case("02-zero", numbers(4, 0, 5), b"9"),
