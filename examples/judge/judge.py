@@ -181,7 +181,7 @@ def languages() -> tuple[list[Language], dict[str, str]]:
     for tools, language in table:
         missing = [tool for tool in tools if shutil.which(tool, path=JAIL_PATH) is None]
         if missing:
-            skipped[language.name] = f"no {' or '.join(missing)} on the jail's PATH ({JAIL_PATH})"
+            skipped[language.name] = f"no {', '.join(missing)} on the jail's PATH ({JAIL_PATH})"
         else:
             found.append(language)
     rs = rust()
@@ -247,11 +247,12 @@ class Judge:
         self.rows.append(row)
         try:
             async with self.jobs:
-                result = await self.pool.exec(list(language.compile), files={language.source: code},
-                                         collect=list(language.outputs), env=language.env,
-                                         limits=BUILD)
-        except RunnerError as e:
+                result = await self.pool.exec(
+                    list(language.compile), files={language.source: code},
+                    collect=list(language.outputs), env=language.env, limits=BUILD)
+        except RunnerError as e:  # a compile past a limit is CE; trunner's own failure, IE
             row.usage, row.detail = e.usage, e.reason.value
+            row.verdict = "CE" if e.reason in REASONS else "IE"
             return None
         done, row.usage = result.response, result.usage
         if done.exit_code != 0:
@@ -274,7 +275,7 @@ class Judge:
         try:
             async with self.jobs:
                 result = await self.pool.exec(argv, stdin=case.input, files=built.files,
-                                         limits=problem.limits(language.processes))
+                                              limits=problem.limits(language.processes))
         except RunnerError as e:
             row.usage, row.detail = e.usage, e.reason.value
             row.verdict = REASONS.get(e.reason, "IE")
@@ -308,10 +309,24 @@ class Judge:
                                            problem, case)
 
 
-async def judge_all(chosen: list[Language]) -> Judge:
-    memory_cgroup = bool(probe_host().memory_cgroup_base)
+def open_runner(chosen: list[Language], skipped: dict[str, str]) -> tuple[Runner, list[Language]]:
+    """A `Runner` with the toolchains the chosen languages bind; a language
+    whose bind is refused (say, a tree another user may write, as root) is
+    skipped, with trunner's reason."""
     binds = [tree for language in chosen for tree in language.binds]
-    runner = Runner(binds=binds)
+    try:
+        return Runner(binds=binds), chosen
+    except (RunnerError, ValueError) as e:
+        if not binds:
+            raise
+        reason = e.detail if isinstance(e, RunnerError) else str(e)
+        for language in chosen:
+            if language.binds:
+                skipped[language.name] = f"its toolchain cannot be bound: {reason}"
+        return Runner(), [language for language in chosen if not language.binds]
+
+
+async def judge_all(runner: Runner, chosen: list[Language], memory_cgroup: bool) -> Judge:
     jobs = trio.CapacityLimiter(JOBS)
     async with runner.pool("exec", size=JOBS, limits=BUILD) as pool:
         judge = Judge(pool, jobs, memory_cgroup)
@@ -330,7 +345,9 @@ def main() -> int:
               file=sys.stderr)
         return 2
     chosen = [language for language in found if not names or language.name in names]
-    memory = ("a memory cgroup per run" if probe_host().memory_cgroup_base else
+    runner, chosen = open_runner(chosen, skipped)
+    memory_cgroup = bool(probe_host().memory_cgroup_base)
+    memory = ("a memory cgroup per run" if memory_cgroup else
               "no memory cgroup: MLE is only Java's -Xmx")
     print(f"as uid {os.getuid()}, {len(os.sched_getaffinity(0))} CPUs, {memory}")
     line = "{:<8}{:<10}{:<10}{:<13}{:<10}{:>9}{:>10}{:>11}  {}".format
@@ -338,7 +355,7 @@ def main() -> int:
         print(f"problem {problem.name}: {problem.cpu_time_s:g} s CPU, "
               f"{problem.wall_time_s:g} s wall, {problem.memory_bytes // MiB} MiB, "
               f"{problem.stdout_max_bytes // KiB} KiB of output, {len(problem.cases)} cases")
-    judge = trio.run(judge_all, chosen)
+    judge = trio.run(judge_all, runner, chosen, memory_cgroup)
     print(line("lang", "source", "problem", "case", "verdict", "cpu", "wall", "memory",
                "detail").rstrip())
     order = {language.name: i for i, language in enumerate(chosen)}
