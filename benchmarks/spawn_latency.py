@@ -455,6 +455,8 @@ def _reset_peak_rss() -> bool:
 class _Bare:
     """A jail that holds nothing, for a bare drain (`trunner.jail.Jail`)."""
 
+    memory_sample_s = None  # nothing to sample (supervise asks from 0c47465 on)
+
     def __init__(self, command: Any) -> None:
         self.command, self.jail_dir = command, "/"
 
