@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
     #: A plan item as it arrives: a dict of plain values.
     Data: TypeAlias = dict[str, object]
-    RootOp: TypeAlias = "Scratch | Bind | Dir | Symlink | File | HostProc | MaskSocket"
+    RootOp: TypeAlias = "Scratch | Bind | Dir | Symlink | File | HostProc | MaskSocket | Overlay"
     ProcOp: TypeAlias = "Mask | ReadOnly | Devpts | CgroupView"
 
 
@@ -161,6 +161,18 @@ class MaskSocket:
         self.path = path
 
 
+class Overlay:
+    __slots__ = ("lower", "path", "top")
+    TAG = "overlay"
+
+    def __init__(self, d: "Data") -> None:
+        path, top, lower = d.get("path"), d.get("top"), d.get("lower")
+        if (type(path) is not str or type(top) is not str or type(lower) is not str
+                or len(d) != 4):
+            raise ValueError(self.TAG)
+        self.path, self.top, self.lower = path, top, lower
+
+
 class Mask:
     __slots__ = ("path",)
     TAG = "mask"
@@ -210,7 +222,8 @@ class CgroupView:
 
 #: Each op's class by its tag (the plan's `op`).
 ROOT_OPS: "dict[object, Callable[[Data], RootOp]]" = {
-    cls.TAG: cls for cls in (Scratch, Bind, Dir, Symlink, File, HostProc, MaskSocket)}
+    cls.TAG: cls for cls in (Scratch, Bind, Dir, Symlink, File, HostProc, MaskSocket,
+                             Overlay)}
 PROC_OPS: "dict[object, Callable[[Data], ProcOp]]" = {
     cls.TAG: cls for cls in (Mask, ReadOnly, Devpts, CgroupView)}
 
@@ -354,6 +367,12 @@ def build_root(staging: str, scratch: "ScratchSize", ops: "list[RootOp]",
             _mkdirs(target)
             mount(source, target, "", MS_BIND)
             scratch_dirs.append(target + "/")
+        elif isinstance(item, Overlay):
+            # Read-only, no upper layer: the root's `top` (made before) over
+            # the host's `lower`. Mounts inside either are not seen through it.
+            _mkdirs(target)
+            mount("overlay", target, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
+                  f"lowerdir={NEW + item.top}:{OLD + item.lower}")
         elif isinstance(item, HostProc):
             # Only until pid 2 mounts the jail's own over it: the helper
             # writes its id maps here (and a fresh proc needs a full one).
