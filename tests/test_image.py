@@ -9,6 +9,7 @@ how to fix them. No test downloads an image."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -300,3 +301,15 @@ def test_an_image_without_etc_or_at_an_unmountable_path_is_refused(tmp_path: Pat
     with pytest.raises(RunnerError) as info:
         make_runner(root=str(colon), root_statement=STATEMENT)
     assert "cannot be mounted" in info.value.detail
+
+
+def test_the_docs_block_runs_as_written(tmp_path: Path) -> None:
+    """docs/images.md's program, as written."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "images.md").read_text()
+    (block,) = re.findall(r"^```python\n(.*?)^```$", text, re.M | re.S)
+    (tmp_path / "images.py").write_text(block)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "images.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=scaled(120), check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "0 b'42\\n'\n"
