@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -232,6 +233,37 @@ result = {{"exists": [p for p in paths if os.path.lexists(p)],
     r = (await runner.exec(["sh", "-c", "/.trunner/host/usr/bin/true; echo $?;"
                             " cat /.trunner/host/planted; echo $?"])).response
     assert r.stdout == b"126\n1\n", r  # Landlock: no exec of the host's /usr
+
+
+async def test_a_socket_in_the_image_is_masked(image: Path, jail_root: Path,
+                                             tmp_path: Path) -> None:
+    """A host server's socket inside the image's tree: at its jail path the
+    program finds an empty file, and the server is never reached."""
+    copy = tmp_path / "img"
+    shutil.copytree(image, copy, symlinks=True)
+    path = copy / "usr" / "srv.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(str(path))
+        server.listen()
+        server.setblocking(False)
+        runner = make_runner(root=str(copy), root_statement=STATEMENT,
+                             import_paths=[TESTS_DIR], temp_root=str(jail_root), limits=LIMITS)
+        result = await run_code(runner, """
+            import socket, stat
+            def connect():
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.connect("/usr/srv.sock")
+                finally:
+                    s.close()
+            result = [attempt(connect), stat.S_ISSOCK(os.lstat("/usr/srv.sock").st_mode)]
+        """)
+        assert result == ["EACCES", False]  # an empty read-only file over it
+        with pytest.raises(BlockingIOError):
+            server.accept()
+    finally:
+        server.close()
 
 
 async def test_the_image_ld_so_preload_never_reaches_the_host_interpreter(
