@@ -311,6 +311,7 @@ def test_a_root_without_a_statement_is_a_value_error(image: Path) -> None:
     ({"binds": [("/usr", "/bin")]}, "shadow the jail's own /bin"),
     ({"binds": [("/usr", "/usr/lib/nothing")]}, "make that directory in the image"),
     ({"binds": [("/usr", "/.trunner/x")]}, "/.trunner"),
+    ({"import_paths": ["/usr/share"]}, "make that directory in the image"),
 ])
 def test_what_an_image_cannot_hold_is_refused(
         image: Path, options: dict[str, list[str] | list[tuple[str, str]]],

@@ -562,16 +562,10 @@ def image_refusal(image: ImageFacts, interpreter: HostInterpreter | None,
     if "net" not in profile.namespaces:
         return f"root= with the {profile.name} profile: not supported (it shares the host network)"
     tops = [f"/{e.name}" for e in image.entries]
-    built = [*built_paths(), TRUNNER_DIR, *tops]
-    for path in import_paths:
-        if any(_inside_path(path, p) or _inside_path(p, path) for p in built if p != "/tmp"):
-            return (f"import path {path}: with root= it may lie only in /tmp or where the image"
-                    " has nothing at the top level")
-    return shadow_refusal(binds, built, import_paths, scratch=("/tmp", *tops))
-
-
-def _inside_path(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
+    # An import path is bound at its own path, as such a bind is.
+    every = [*binds, *((path, path) for path in import_paths)]
+    return shadow_refusal(every, [*built_paths(), TRUNNER_DIR, *tops], (),
+                          scratch=("/tmp", *tops))
 
 
 def resolve_paths(paths: Sequence[str], host: HostPaths) -> list[str]:
