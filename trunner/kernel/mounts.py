@@ -13,7 +13,8 @@ interpreter under a mode-700 home included). Order (bubblewrap's
 `setup_newroot`): make every mount private, mount a staging tmpfs and pivot
 into it with the old root at /oldroot, build /newroot from /oldroot paths
 (read-only binds, a size-capped scratch, a minimal /dev, the host's /proc for
-the id maps only), remount /newroot read-only, detach /oldroot, pivot into
+the id maps only; with an image, its /etc as a read-only overlay under a
+layer of the root's own), remount /newroot read-only, detach /oldroot, pivot into
 /newroot and detach the staging tmpfs. Nothing else of the host's tree is
 reachable afterwards.
 
