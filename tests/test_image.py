@@ -346,3 +346,16 @@ def test_the_docs_block_runs_as_written(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=scaled(120), check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "0 b'42\\n'\n"
+
+
+def test_a_backend_with_a_root_never_plans_on_the_hosts(image: Path) -> None:
+    """Asked before `check()`, a backend with `root=` checks the image
+    first: its plan and its adapter are the image's."""
+    from trunner.linux.backend import LinuxBackend
+    from trunner.worker import locate_worker
+
+    backend = LinuxBackend(locate_worker(), root=str(image), root_statement=STATEMENT)
+    document = backend.rules_document(LIMITS)
+    assert document["root"]["path"] == str(image)
+    backend = LinuxBackend(locate_worker(), root=str(image), root_statement=STATEMENT)
+    assert "--inhibit-cache" in backend.adapter_argv("echo", builtin=True)

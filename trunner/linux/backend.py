@@ -561,6 +561,12 @@ class LinuxBackend:
                 raise RunnerError(Reason.SANDBOX_SETUP, f"root=: {refusal}")
         self._image, self._interpreter = facts, interpreter
 
+    def _ensure_image(self) -> None:
+        """With `root`, never plan or start as if on the host's root: the
+        image is checked (`check()`) before its facts are used."""
+        if self.root is not None and self._image is None:
+            self.check()
+
     def _check_binds(self, is_root: bool) -> None:
         """The caller's binds: none shadows the jail's paths; as root, none
         holds what a user but root could change (walked once: the tree
@@ -609,7 +615,7 @@ class LinuxBackend:
         and PYTHONPATH, where its code is found, with trunner's dir after
         them: `python -P WORKER --path DIR MODE`."""
         launch = self.helper_launch()
-        if self._image is not None:
+        if self.root is not None:
             return self._image_adapter_argv(mode, builtin=builtin)
         if len(launch) == 1:
             return (self.worker, mode)
@@ -622,6 +628,7 @@ class LinuxBackend:
         """On an image, the adapter starts through the host's loader
         (`image.adapter_launch`), the worker and trunner's dir under
         `image.HOST_PREFIX`; the flags as on the host's root."""
+        self._ensure_image()
         assert self._interpreter is not None
         _python, _isolated, _no_site, worker, path_flag, trunner_dir = self.helper_launch()
         bound = tuple(host_code_dirs(self.host_paths(), self._interpreter))
@@ -644,6 +651,7 @@ class LinuxBackend:
         """The plan and the rules version for runs with `limits`, made once."""
         done = self._prepared.get(limits)
         if done is None:
+            self._ensure_image()
             policy = seccomp_policy_for(self.profile, self.probe())
             if policy not in self._bpf:
                 try:
