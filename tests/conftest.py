@@ -123,6 +123,8 @@ def make_runner(
     provider: Mapping[str, Any] | None = None,
     binds: Sequence[str | tuple[str, str]] = (),
     etc: Sequence[str] = (),
+    root: str | None = None,
+    root_statement: str | None = None,
 ) -> Runner:
     """A `Runner` as a caller builds one, at the test run's Landlock ABI cap;
     under TRUNNER_TEST_VIA_POOL=1 a `support.PooledRunner`, whose every run
@@ -137,7 +139,8 @@ def make_runner(
     cap = landlock_cap()
     if cap is None:
         return cls(import_paths=import_paths, temp_root=temp_root, limits=limits,
-                   provider=provider, binds=binds, etc=etc)
+                   provider=provider, binds=binds, etc=etc, root=root,
+                   root_statement=root_statement)
     backend = LinuxBackend(
         locate_worker(),
         import_paths=tuple(os.path.abspath(p) for p in import_paths),
@@ -145,6 +148,8 @@ def make_runner(
         landlock_abi=cap,
         binds=binds,
         etc=etc,
+        root=root,
+        root_statement=root_statement,
     )
     return cls(temp_root=temp_root, limits=limits, backend=backend)
 

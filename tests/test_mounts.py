@@ -428,10 +428,10 @@ async def test_an_unknown_root_operation_fails_closed(jail_root: Path) -> None:
     """Refused as the helper reads the plan (each op into its class), before
     any step."""
     backend = _edited(lambda plan: msgspec.structs.replace(
-        plan, root_ops=(*plan.root_ops, {"op": "overlay", "path": "/x"})))
+        plan, root_ops=(*plan.root_ops, {"op": "union", "path": "/x"})))
     e = await refusal(runner_on(jail_root, backend))
     assert e.reason is Reason.SANDBOX_SETUP
-    assert e.detail == "plan: root_ops: unknown op 'overlay'"
+    assert e.detail == "plan: root_ops: unknown op 'union'"
 
 
 async def test_a_staging_dir_that_is_missing_fails_closed(jail_root: Path) -> None:

@@ -54,7 +54,16 @@ class Runner:
             and as root where a user other than root could write it, its
             parents or anything in it. docs/toolchains.md.
         etc: host /etc entries the jail holds beside its short default list
-            (a symlink stays a link, never followed).
+            (a symlink stays a link, never followed). Not with `root`.
+        root: a directory tree (an unpacked image, a debootstrap or
+            busybox tree) whose top-level entries are the jail's system
+            root instead of the host's /usr, /bin, /lib*; its /etc the
+            jail's, with the jail's own passwd, group, hosts and hostname
+            on top. The adapter still runs on the host's interpreter, bound
+            read-only under /.trunner/host. docs/images.md.
+        root_statement: with `root`, required: the caller's statement of
+            the tree's contents (its digest, say). The rules version hashes
+            it and the root's path, never the tree.
         temp_root: where jail dirs are made (default: the system temp dir);
             the leftovers of dead owners there, and their cgroups, are
             removed here (`JailBackend.sweep`).
@@ -93,6 +102,8 @@ class Runner:
         cgroup_leaf: str | None = None,
         binds: Sequence[str | tuple[str, str]] = (),
         etc: Sequence[str] = (),
+        root: str | None = None,
+        root_statement: str | None = None,
     ) -> None:
         self.limits = limits if limits is not None else Limits()
         if not isinstance(self.limits, Limits):
@@ -100,9 +111,10 @@ class Runner:
         self.temp_root = temp_root
         if backend is not None:
             if (import_paths or worker is not None or provider is not None
-                    or host_ids is not None or cgroup_leaf is not None or binds or etc):
+                    or host_ids is not None or cgroup_leaf is not None or binds or etc
+                    or root is not None or root_statement is not None):
                 raise ValueError("pass import_paths, worker, provider, host_ids, cgroup_leaf,"
-                                 " binds and etc to the backend")
+                                 " binds, etc, root and root_statement to the backend")
             self._backend = backend
             self.worker = backend.worker
             self.import_paths = tuple(backend.import_paths)
@@ -117,6 +129,8 @@ class Runner:
                 options["binds"] = binds
             if etc:
                 options["etc"] = etc
+            if root is not None or root_statement is not None:
+                options["root"], options["root_statement"] = root, root_statement
             if host_ids is not None:
                 options["host_ids"] = host_ids
             if cgroup_leaf is not None:

@@ -36,6 +36,9 @@ CGROUP_FDS = (PROG_CPU_FD, PROG_CPU_SPLIT_FD, PROG_PEAK_FD, *PROG_JOIN_FDS, *SUP
 #: the jail's pid 1 and the adapter, `prog` the program's tree.
 SUP_CGROUP = "sup"
 PROG_CGROUP = "prog"
+#: Where an image's jail shows the host's code (`trunner.linux.image`):
+#: only trunner makes it; no image may hold /.trunner.
+HOST_PREFIX = "/.trunner/host"
 #: Plan format version; the parent and the helper ship together.
 PLAN_VERSION = 12
 #: The plan's fields, in the order the helper applies them. The parent's

@@ -13,7 +13,8 @@ interpreter under a mode-700 home included). Order (bubblewrap's
 `setup_newroot`): make every mount private, mount a staging tmpfs and pivot
 into it with the old root at /oldroot, build /newroot from /oldroot paths
 (read-only binds, a size-capped scratch, a minimal /dev, the host's /proc for
-the id maps only), remount /newroot read-only, detach /oldroot, pivot into
+the id maps only; with an image, its /etc as a read-only overlay under a
+layer of the root's own), remount /newroot read-only, detach /oldroot, pivot into
 /newroot and detach the staging tmpfs. Nothing else of the host's tree is
 reachable afterwards.
 
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
 
     #: A plan item as it arrives: a dict of plain values.
     Data: TypeAlias = dict[str, object]
-    RootOp: TypeAlias = "Scratch | Bind | Dir | Symlink | File | HostProc | MaskSocket"
+    RootOp: TypeAlias = "Scratch | Bind | Dir | Symlink | File | HostProc | MaskSocket | Overlay"
     ProcOp: TypeAlias = "Mask | ReadOnly | Devpts | CgroupView"
 
 
@@ -161,6 +162,18 @@ class MaskSocket:
         self.path = path
 
 
+class Overlay:
+    __slots__ = ("lower", "path", "top")
+    TAG = "overlay"
+
+    def __init__(self, d: "Data") -> None:
+        path, top, lower = d.get("path"), d.get("top"), d.get("lower")
+        if (type(path) is not str or type(top) is not str or type(lower) is not str
+                or len(d) != 4):
+            raise ValueError(self.TAG)
+        self.path, self.top, self.lower = path, top, lower
+
+
 class Mask:
     __slots__ = ("path",)
     TAG = "mask"
@@ -210,7 +223,8 @@ class CgroupView:
 
 #: Each op's class by its tag (the plan's `op`).
 ROOT_OPS: "dict[object, Callable[[Data], RootOp]]" = {
-    cls.TAG: cls for cls in (Scratch, Bind, Dir, Symlink, File, HostProc, MaskSocket)}
+    cls.TAG: cls for cls in (Scratch, Bind, Dir, Symlink, File, HostProc, MaskSocket,
+                             Overlay)}
 PROC_OPS: "dict[object, Callable[[Data], ProcOp]]" = {
     cls.TAG: cls for cls in (Mask, ReadOnly, Devpts, CgroupView)}
 
@@ -354,6 +368,12 @@ def build_root(staging: str, scratch: "ScratchSize", ops: "list[RootOp]",
             _mkdirs(target)
             mount(source, target, "", MS_BIND)
             scratch_dirs.append(target + "/")
+        elif isinstance(item, Overlay):
+            # Read-only, no upper layer: the root's `top` (made before) over
+            # the host's `lower`. Mounts inside either are not seen through it.
+            _mkdirs(target)
+            mount("overlay", target, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV,
+                  f"lowerdir={NEW + item.top}:{OLD + item.lower}")
         elif isinstance(item, HostProc):
             # Only until pid 2 mounts the jail's own over it: the helper
             # writes its id maps here (and a fresh proc needs a full one).

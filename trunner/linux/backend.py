@@ -30,6 +30,15 @@ from trunner.kernel import abi
 from trunner.linux import cgroup, delegation, kmsg, landlock, seccomp, sockets, watchdog
 from trunner.linux.binds import HostBind, parse_binds, parse_etc, writer_refusal
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds, IdLease
+from trunner.linux.image import (
+    HostInterpreter,
+    ImageFacts,
+    ImageRefusal,
+    adapter_launch,
+    host_interpreter,
+    image_facts,
+    in_host,
+)
 from trunner.linux.plan import (
     Bind,
     HelperPlan,
@@ -38,6 +47,8 @@ from trunner.linux.plan import (
     environment,
     for_run,
     hashed_plan,
+    host_code_dirs,
+    image_refusal,
     plain,
     plan_jail,
     profile_paths,
@@ -45,7 +56,7 @@ from trunner.linux.plan import (
     seccomp_policy_for,
     with_masks,
 )
-from trunner.linux.probe import HostPaths, probe_host, snapshot
+from trunner.linux.probe import HostPaths, kernel_version, probe_host, snapshot
 from trunner.linux.profile import DEFAULT_PROFILE, JailProfile, template_blake3
 from trunner.rules import digest
 
@@ -59,6 +70,9 @@ if TYPE_CHECKING:
 #: items with named fields), the libseccomp version, install locations
 #: replaced longest first.
 RULES_SCHEMA: int = 3
+#: The first kernel that mounts overlayfs in a user namespace (a non-root
+#: caller's image /etc).
+OVERLAY_USERNS_KERNEL = (5, 11)
 #: How long teardown waits for the jail's pid 1 (and so its PID namespace)
 #: to be gone after the group kill; SIGKILL is delivered asynchronously.
 GONE_BOUND_S = 1.0
@@ -402,6 +416,11 @@ class LinuxBackend:
         binds: host dirs the jail reads and execs, each a path or a (host
             dir, target) pair (`trunner.linux.binds`); checked at `check()`.
         etc: /etc entries the jail holds beside `plan.ETC_FILES`.
+        root: an image (a directory tree) as the jail's system root
+            (`trunner.linux.image`; docs/images.md); checked at `check()`.
+        root_statement: the caller's statement of `root`'s contents (an
+            image digest, say), hashed into the rules version; required
+            with `root`.
     """
 
     worker: str
@@ -415,6 +434,8 @@ class LinuxBackend:
     cgroup_leaf: str | None = None
     binds: Sequence[str | tuple[str, str]] = ()
     etc: Sequence[str] = ()
+    root: str | None = None
+    root_statement: str | None = None
     _host: HostSupport | None = field(default=None, repr=False)
     _paths: HostPaths | None = field(default=None, repr=False)
     #: The compiled filters, by `seccomp_policy_for`'s policy (it follows the
@@ -431,6 +452,14 @@ class LinuxBackend:
     def __post_init__(self) -> None:
         self._binds: tuple[HostBind, ...] = parse_binds(self.binds)  # ValueError: a bad one
         self._etc = parse_etc(self.etc)
+        if self.root is not None and (not isinstance(self.root_statement, str)
+                                      or not self.root_statement):
+            raise ValueError("root= needs root_statement=: a statement of the image's contents"
+                             " (its digest, say), which the rules version hashes")
+        if self.root is None and self.root_statement is not None:
+            raise ValueError("root_statement= without root=")
+        self._image: ImageFacts | None = None
+        self._interpreter: HostInterpreter | None = None
         self._ids = HostIds(self.host_ids, self.host_files)  # ValueError for a bad range
         self._cgroups = cgroup.RunCgroups()
 
@@ -486,14 +515,68 @@ class LinuxBackend:
             self._ids.check()  # once: it reads every process's ids
             self._ids_checked = True
         if not self._binds_checked:
+            if self.root is not None:
+                self._check_image(host.is_root)
             self._check_binds(host.is_root)
             self._binds_checked = True
+
+    def _check_image(self, is_root: bool) -> None:
+        """`root`: an image a jail can stand on (`image.image_facts`), a host
+        whose interpreter can start there (`image.host_interpreter`), a
+        kernel that lets this caller mount its /etc overlay, trunner's own
+        worker; as root, a tree only root can write (as a bind)."""
+        assert self.root is not None
+        try:
+            facts = image_facts(self.root)
+            interpreter = host_interpreter()
+        except ImageRefusal as e:
+            raise RunnerError(Reason.SANDBOX_SETUP, str(e)) from None
+        if not is_root and kernel_version() < OVERLAY_USERNS_KERNEL:
+            raise RunnerError(Reason.SANDBOX_SETUP, (
+                "root=: a non-root caller's jail mounts the image's /etc as an overlay in a user"
+                f" namespace, which needs Linux {OVERLAY_USERNS_KERNEL[0]}."
+                f"{OVERLAY_USERNS_KERNEL[1]}: run as root, or on a newer kernel"))
+        package = self.host_paths().package
+        if len(self.helper_launch()) == 1 or not os.path.realpath(self.worker).startswith(
+                package.rstrip("/") + "/"):
+            raise RunnerError(Reason.SANDBOX_SETUP, (
+                f"root=: the worker {self.worker} is not trunner's own (in {package}), which"
+                " the image's jail binds: pass no worker="))
+        targets = [target for _, target in self._binds] + list(self.import_paths)
+        for target in targets:
+            top = "/" + target.strip("/").split("/")[0]
+            inside = os.path.join(facts.path, target.lstrip("/"))
+            if (any(f"/{e.name}" == top for e in facts.entries) and target != top
+                    and (os.path.realpath(inside) != inside or not os.path.isdir(inside))):
+                raise RunnerError(Reason.SANDBOX_SETUP, (
+                    f"root=: {target} lies in the image's {top}, which has no directory"
+                    f" {inside} to mount it on (the image is read-only in the jail): make"
+                    " that directory in the image, or bind elsewhere"))
+        if is_root:
+            try:
+                refusal = writer_refusal(facts.path, sockets.mount_points())
+            except OSError as e:
+                refusal = f"cannot walk it: {e}"
+            if refusal is not None:
+                raise RunnerError(Reason.SANDBOX_SETUP, f"root=: {refusal}")
+        self._image, self._interpreter = facts, interpreter
+
+    def _ensure_image(self) -> None:
+        """With `root`, never plan or start as if on the host's root: the
+        image is checked (`check()`) before its facts are used."""
+        if self.root is not None and self._image is None:
+            self.check()
 
     def _check_binds(self, is_root: bool) -> None:
         """The caller's binds: none shadows the jail's paths; as root, none
         holds what a user but root could change (walked once: the tree
         may be large)."""
-        refusal = bind_refusal(self._binds, self.profile, self.host_paths(), self.import_paths)
+        if self._image is not None:
+            refusal = image_refusal(self._image, self._interpreter, self.profile, self._binds,
+                                    self._etc, self.import_paths)
+        else:
+            refusal = bind_refusal(self._binds, self.profile, self.host_paths(),
+                                   self.import_paths)
         if refusal is None and is_root:
             mounts = sockets.mount_points()
             for source in dict.fromkeys(source for source, _ in self._binds):
@@ -532,12 +615,26 @@ class LinuxBackend:
         and PYTHONPATH, where its code is found, with trunner's dir after
         them: `python -P WORKER --path DIR MODE`."""
         launch = self.helper_launch()
+        if self.root is not None:
+            return self._image_adapter_argv(mode, builtin=builtin)
         if len(launch) == 1:
             return (self.worker, mode)
         if builtin:
             return (*launch, mode)
         python, _isolated, _no_site, *worker_and_path = launch
         return (python, "-P", *worker_and_path, mode)
+
+    def _image_adapter_argv(self, mode: str, *, builtin: bool) -> tuple[str, ...]:
+        """On an image, the adapter starts through the host's loader
+        (`image.adapter_launch`), the worker and trunner's dir under
+        `image.HOST_PREFIX`; the flags as on the host's root."""
+        self._ensure_image()
+        assert self._interpreter is not None
+        _python, _isolated, _no_site, worker, path_flag, trunner_dir = self.helper_launch()
+        bound = tuple(host_code_dirs(self.host_paths(), self._interpreter))
+        flags = ("-I", "-S") if builtin else ("-P",)
+        return (*adapter_launch(self._interpreter, bound), *flags, in_host(worker), path_flag,
+                in_host(trunner_dir), mode)
 
     @functools.cached_property
     def _jail_env(self) -> dict[str, str]:
@@ -554,6 +651,7 @@ class LinuxBackend:
         """The plan and the rules version for runs with `limits`, made once."""
         done = self._prepared.get(limits)
         if done is None:
+            self._ensure_image()
             policy = seccomp_policy_for(self.profile, self.probe())
             if policy not in self._bpf:
                 try:
@@ -565,7 +663,8 @@ class LinuxBackend:
                              import_paths=self.import_paths, binds=self._binds, etc=self._etc,
                              parent_pid=os.getpid(),
                              landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip,
-                             seccomp_bpf=self._bpf[policy], sample_memory=self.sample_memory)
+                             seccomp_bpf=self._bpf[policy], sample_memory=self.sample_memory,
+                             image=self._image, interpreter=self._interpreter)
             if not self.probe().is_root:
                 _refuse_locked_submounts(plan)
             plan = with_masks(plan, self._sockets_shown(plan))
@@ -596,11 +695,21 @@ class LinuxBackend:
 
         mounts = sockets.mount_points()
         found: list[sockets.Found] = []
+        moved = set(self._binds)
         for op in plan.root_ops:
             if (not isinstance(op, Bind) or op.flags & abi.BIND_DEVICE or is_caller(op.source)
-                    or op.source != op.path):
+                    or (op.source, op.path) in moved):
                 continue
-            found.append(sockets.system_walk(op.source, mounts))
+            if op.source == op.path:
+                found.append(sockets.system_walk(op.source, mounts))
+                continue
+            # An image's entry (walked now: the caller's), or the host's code
+            # under HOST_PREFIX (the system's, once): found where it is shown.
+            image = self._image.path.rstrip("/") + "/" if self._image else "/"
+            system = op.path == in_host(op.source) and not op.source.startswith(image)
+            f = (sockets.system_walk if system else sockets.find_sockets)(op.source, mounts)
+            shown_at = [op.path + path[len(op.source):] for path in (*f.sockets, *f.unlistable)]
+            found.append(sockets.Found(tuple(shown_at)))
         found += [sockets.find_sockets(path, mounts) for path in caller]
         shown = [path for f in found for path in (*f.sockets, *f.unlistable)]
         for source, target in self._binds:
@@ -632,6 +741,13 @@ class LinuxBackend:
         }
         if self.profile.name == "provider":
             doc["provider_template_blake3"] = template_blake3()
+        if self._image is not None:
+            import blake3
+
+            # The tree is never hashed: the caller states what it holds.
+            assert self.root_statement is not None
+            doc["root"] = {"path": self._image.path, "statement_blake3":
+                           blake3.blake3(self.root_statement.encode()).hexdigest()}
         return doc
 
     def rules_document(self, limits: Limits) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from trunner.limits import AUTO, AUTO_ADDRESS_SPACE_BYTES
 from trunner.linux import landlock, seccomp
 from trunner.linux.binds import shadow_refusal
 from trunner.linux.ids import DEFAULT_RANGE
+from trunner.linux.image import ETC_LAYER, TRUNNER_DIR, VENV, in_host
 from trunner.linux.profile import PYTHON_PATHS, TRUNNER_PATH, JailProfile
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from trunner.jail import HostSupport
     from trunner.limits import Limits
     from trunner.linux.binds import HostBind
+    from trunner.linux.image import HostInterpreter, ImageFacts
     from trunner.linux.probe import HostPaths
 
 #: Placeholders for per-run values in the hashed plan.
@@ -259,7 +261,17 @@ class MaskSocket(_Item, frozen=True, tag="mask_socket", tag_field="op"):
     path: str
 
 
-RootOp = Scratch | Bind | Dir | Symlink | File | HostProc | MaskSocket
+class Overlay(_Item, frozen=True, tag="overlay", tag_field="op"):
+    """A read-only overlay on `path`: the root's dir `top` (made by the ops
+    before it) over the host's dir `lower`, no upper layer (an image's
+    /etc, with the jail's own files on top)."""
+
+    path: str
+    top: str
+    lower: str
+
+
+RootOp = Scratch | Bind | Dir | Symlink | File | HostProc | MaskSocket | Overlay
 
 
 class Mask(_Item, frozen=True, tag="mask", tag_field="op"):
@@ -533,6 +545,29 @@ def bind_refusal(binds: Sequence[HostBind], profile: JailProfile, host: HostPath
     return shadow_refusal(binds, built_paths(), [*bound, *import_paths])
 
 
+def image_refusal(image: ImageFacts, interpreter: HostInterpreter | None,
+                  profile: JailProfile, binds: Sequence[HostBind], etc: Sequence[str],
+                  import_paths: Sequence[str] = ()) -> str | None:
+    """Why a jail on `image` cannot be planned with these, or None: no
+    interpreter facts; `etc` (the image's /etc is the jail's: put the
+    files in the image); a profile sharing the host network (its extra
+    read-only host paths have no place in an image); a bind or import path
+    on /.trunner, or on or above one of the image's top-level entries (one
+    may lie inside them: where the image has the dir, `backend` checks)."""
+    if interpreter is None:
+        return "root=: no facts about the host's interpreter"
+    if etc:
+        return ("etc= with root=: the jail's /etc is the image's own (with its passwd, group,"
+                " hosts and hostname on top): put the entries in the image's /etc")
+    if "net" not in profile.namespaces:
+        return f"root= with the {profile.name} profile: not supported (it shares the host network)"
+    tops = [f"/{e.name}" for e in image.entries]
+    # An import path is bound at its own path, as such a bind is.
+    every = [*binds, *((path, path) for path in import_paths)]
+    return shadow_refusal(every, [*built_paths(), TRUNNER_DIR, *tops], (),
+                          scratch=("/tmp", *tops))
+
+
 def resolve_paths(paths: Sequence[str], host: HostPaths) -> list[str]:
     """Expand the profile's symbolic paths; drop system paths this host lacks
     (e.g. no /lib64), which cannot then be reached anyway."""
@@ -593,6 +628,37 @@ def cgroup_views(host: HostSupport) -> tuple[tuple[CgroupView, ...], tuple[RootO
     return tuple(views), tuple(ops)
 
 
+def _scratch_ops() -> list[RootOp]:
+    return [
+        Scratch(name="work", path=WORKDIR, mode=0o700),
+        Scratch(name="tmp", path="/tmp", mode=0o1777),
+        Scratch(name="shm", path="/dev/shm", mode=0o1777),
+    ]
+
+
+def _identity_files(etc: str = "/etc") -> list[RootOp]:
+    """The jail's own passwd, group, hosts and hostname, in `etc`."""
+    passwd, group = _identity()
+    return [
+        File(content=passwd, path=f"{etc}/passwd", mode=0o644),
+        File(content=group, path=f"{etc}/group", mode=0o644),
+        File(content=f"127.0.0.1 localhost\n::1 localhost\n127.0.1.1 {HOSTNAME}\n",
+             path=f"{etc}/hosts", mode=0o644),
+        File(content=HOSTNAME + "\n", path=f"{etc}/hostname", mode=0o644),
+    ]
+
+
+def _dev_and_proc_ops() -> list[RootOp]:
+    ops: list[RootOp] = [Bind(source=f"/dev/{name}", path=f"/dev/{name}",
+                              flags=abi.BIND_WRITABLE | abi.BIND_DEVICE) for name in DEV_NODES]
+    ops += [Dir(path=PTS_DIR, mode=0o755), Symlink(target="pts/ptmx", path="/dev/ptmx")]
+    ops.append(Symlink(target="/proc/self/fd", path="/dev/fd"))
+    ops += [Symlink(target=f"/proc/self/fd/{fd}", path=f"/dev/{name}")
+            for fd, name in enumerate(("stdin", "stdout", "stderr"))]
+    ops.append(HostProc(path="/proc"))
+    return ops
+
+
 def root_ops(binds: Sequence[str], host: HostPaths, *, moved: Sequence[HostBind] = (),
              etc: Sequence[str] = ()) -> tuple[RootOp, ...]:
     """The operations that build the jail's root: scratch dirs first (binds
@@ -602,11 +668,7 @@ def root_ops(binds: Sequence[str], host: HostPaths, *, moved: Sequence[HostBind]
     symlink recreated, never followed), the synthesized identity files,
     /dev and the host's /proc (pid 2 mounts the jail's own over it:
     `PROC_OPS`)."""
-    ops: list[RootOp] = [
-        Scratch(name="work", path=WORKDIR, mode=0o700),
-        Scratch(name="tmp", path="/tmp", mode=0o1777),
-        Scratch(name="shm", path="/dev/shm", mode=0o1777),
-    ]
+    ops = _scratch_ops()
     links: list[RootOp] = []
     real: list[str] = []
     for path in binds:
@@ -628,21 +690,54 @@ def root_ops(binds: Sequence[str], host: HostPaths, *, moved: Sequence[HostBind]
             ops.append(Symlink(target=entry.target, path=path))
         else:
             ops.append(Bind(source=path, path=path))
-    passwd, group = _identity()
-    ops += [
-        File(content=passwd, path="/etc/passwd", mode=0o644),
-        File(content=group, path="/etc/group", mode=0o644),
-        File(content=f"127.0.0.1 localhost\n::1 localhost\n127.0.1.1 {HOSTNAME}\n",
-             path="/etc/hosts", mode=0o644),
-        File(content=HOSTNAME + "\n", path="/etc/hostname", mode=0o644),
-    ]
-    ops += [Bind(source=f"/dev/{name}", path=f"/dev/{name}",
-                 flags=abi.BIND_WRITABLE | abi.BIND_DEVICE) for name in DEV_NODES]
-    ops += [Dir(path=PTS_DIR, mode=0o755), Symlink(target="pts/ptmx", path="/dev/ptmx")]
-    ops.append(Symlink(target="/proc/self/fd", path="/dev/fd"))
-    ops += [Symlink(target=f"/proc/self/fd/{fd}", path=f"/dev/{name}")
-            for fd, name in enumerate(("stdin", "stdout", "stderr"))]
-    ops.append(HostProc(path="/proc"))
+    ops += _identity_files()
+    ops += _dev_and_proc_ops()
+    return tuple(ops)
+
+
+def host_code_dirs(host: HostPaths, interpreter: HostInterpreter) -> list[str]:
+    """The host dirs an image's jail binds under `image.HOST_PREFIX`: /usr
+    and the real /lib* dirs (the loader and the libraries), the
+    interpreter's prefixes but its venv (its site-packages are trunner's
+    venv's), trunner's package and what it imports beside it."""
+    python = [p for p in host.python if p != interpreter.venv]
+    return _outermost([*interpreter.system_dirs, *python, host.package, *host.beside],
+                      keep=host.package)
+
+
+def image_root_ops(image: ImageFacts, interpreter: HostInterpreter, host: HostPaths,
+                   same_path: Sequence[str], moved: Sequence[HostBind]) -> tuple[RootOp, ...]:
+    """The root of an image's jail: the scratch dirs; the image's top-level
+    entries (`image.IMAGE_SKIPPED` aside) bound read-only at `/`, its links
+    recreated; the host's code under `image.HOST_PREFIX` (`host_code_dirs`)
+    and trunner's venv (a pyvenv.cfg naming the host's interpreter there,
+    the host venv's site-packages); the caller's binds and import paths
+    (`same_path`, `moved`) as without an image; /etc the image's own under
+    a read-only overlay whose top layer holds the jail's passwd, group,
+    hosts and hostname and an empty ld.so.preload (the image's is never
+    loaded into the host's interpreter); /dev and /proc as always."""
+    ops = _scratch_ops()
+    for entry in image.entries:
+        path = "/" + entry.name
+        if entry.kind == "symlink":
+            ops.append(Symlink(target=entry.target, path=path))
+        else:
+            ops.append(Bind(source=f"{image.path}/{entry.name}", path=path))
+    ops += [Bind(source=path, path=in_host(path))
+            for path in host_code_dirs(host, interpreter)]
+    if interpreter.venv_site:
+        home = in_host(os.path.dirname(interpreter.python))
+        ops.append(File(content=(f"home = {home}\ninclude-system-site-packages = false\n"
+                                 f"version = {interpreter.version}\n"),
+                        path=f"{VENV}/pyvenv.cfg", mode=0o644))
+        ops += [Bind(source=source, path=f"{VENV}/{below}")
+                for source, below in interpreter.venv_site]
+    ops += [Bind(source=path, path=path) for path in _outermost(same_path)]
+    ops += [Bind(source=source, path=target) for source, target in sorted(moved)]
+    ops += [*_identity_files(ETC_LAYER),
+            File(content="", path=f"{ETC_LAYER}/ld.so.preload", mode=0o644),
+            Overlay(path="/etc", top=ETC_LAYER, lower=f"{image.path}/etc")]
+    ops += _dev_and_proc_ops()
     return tuple(ops)
 
 
@@ -672,6 +767,8 @@ def plan_jail(
     host_id: int | None = None,
     seccomp_bpf: bytes | None = None,
     sample_memory: bool = False,
+    image: ImageFacts | None = None,
+    interpreter: HostInterpreter | None = None,
 ) -> HelperPlan:
     """The helper plan for one run, from what is passed in only. `cgroup`
     and `memory_cgroup` are the run's cgroups where the host's process
@@ -681,7 +778,9 @@ def plan_jail(
     a placeholder for it). `seccomp_bpf` is `seccomp_policy_for(profile,
     host)` compiled (by default, here). `binds`: the caller's (host dir,
     target) pairs (`binds.parse_binds`), read+exec at their target; `etc`:
-    the caller's /etc entries beside `ETC_FILES`.
+    the caller's /etc entries beside `ETC_FILES`. `image`: the jail's system
+    root is that tree (`image_root_ops`; `interpreter` says how the host's
+    interpreter starts there); `etc` must then be empty.
 
     Raises:
         ValueError: the host has no process-limit mechanism, a namespace or
@@ -726,24 +825,45 @@ def plan_jail(
     unknown = sorted(set(unsafe_skip) - set(abi.SKIPPABLE))
     if unknown:
         raise ValueError(f"cannot skip {unknown}")
-    refusal = bind_refusal(binds, profile, paths, import_paths)
+    if image is None:
+        refusal = bind_refusal(binds, profile, paths, import_paths)
+    else:
+        refusal = image_refusal(image, interpreter, profile, binds, etc, import_paths)
     if refusal is not None:
         raise ValueError(refusal)
     ll_abi = min(host.landlock_abi if landlock_abi is None else landlock_abi, landlock.KNOWN_ABI)
-    read_exec = [*resolve_paths(profile.read_exec, paths), *(target for _, target in binds)]
-    read_only = [*resolve_paths(profile.read_only, paths), *import_paths]
+    if image is None:
+        read_exec = [*resolve_paths(profile.read_exec, paths), *(target for _, target in binds)]
+        read_only = [*resolve_paths(profile.read_only, paths), *import_paths]
+    else:
+        assert interpreter is not None  # image_refusal said so otherwise
+        # The image's dirs read and exec; of the host's code under
+        # HOST_PREFIX only the loader file execs (the interpreter and its
+        # libraries it maps, which Landlock does not gate), the rest reads.
+        read_exec = [*(f"/{e.name}" for e in image.entries if e.kind == "dir"),
+                     in_host(interpreter.loader), *(target for _, target in binds)]
+        read_only = [*(f"/{e.name}" for e in image.entries if e.kind == "file"),
+                     TRUNNER_DIR, *resolve_paths(profile.read_only, paths), *import_paths]
     views, view_dirs = cgroup_views(host)
     if views:
         read_only.append(CGROUP_VIEW_DIR)
     moved = [(source, target) for source, target in binds if source != target]
-    binds_ro = [p for p in [*read_exec, *read_only]
-                if not _is_built(p) and p not in {t for _, t in moved}]
-    if TRUNNER_PATH in profile.read_exec:
+    if image is None:
+        binds_ro = [p for p in [*read_exec, *read_only]
+                    if not _is_built(p) and p not in {t for _, t in moved}]
+    else:
+        binds_ro = [*import_paths, *(target for source, target in binds if source == target)]
+    if TRUNNER_PATH in profile.read_exec and image is None:
         # Its parent, on sys.path, must be listable; in the jail it holds
         # only mount points (the package, a venv), never the checkout.
         read_only.append(os.path.dirname(paths.package))
     read_write = [WORKDIR, "/tmp", "/dev/shm", *resolve_paths(profile.read_write, paths)]
     same_path = [*binds_ro, *(p for p in read_write if not _is_built(p))]
+    if image is None:
+        ops = root_ops(same_path, paths, moved=moved, etc=etc)
+    else:
+        assert interpreter is not None
+        ops = image_root_ops(image, interpreter, paths, same_path, moved)
     # Landlock stays on top of the binds, on the paths as the jail sees them.
     ruleset = landlock.plan_ruleset(
         ll_abi,
@@ -778,7 +898,7 @@ def plan_jail(
         gid=gid,
         jail_id=JAIL_ID,
         loopback=abi.LOOPBACK_UP if flags & abi.CLONE_NEWNET else abi.LOOPBACK_HOST,
-        root_ops=(*root_ops(same_path, paths, moved=moved, etc=etc), *view_dirs),
+        root_ops=(*ops, *view_dirs),
         proc_ops=(*PROC_OPS, *views),
         scratch=ScratchSize(bytes=limits.scratch_bytes,
                             inodes=max(1024, limits.scratch_bytes // 4096)),
@@ -839,6 +959,8 @@ def hashed_plan(data: dict[str, Any], host: HostPaths, env: dict[str, str]) -> d
     version; the root's ops and the Landlock path rules sorted (their order
     follows where the install lives). `env` is the jail's environment, hashed beside the plan."""
     names = {host.trunner_dir: TRUNNER_PATH, **dict.fromkeys(host.python, PYTHON_PATHS)}
+    # An image's jail shows them under HOST_PREFIX.
+    names.update({in_host(path): in_host(name) for path, name in names.items()})
     prefixes = sorted(names, key=len, reverse=True)
 
     def name(value: object) -> object:
@@ -856,6 +978,10 @@ def hashed_plan(data: dict[str, Any], host: HostPaths, env: dict[str, str]) -> d
     out: dict[str, Any] = name(data)  # type: ignore[assignment]
     # Their order follows where the install lives; a ruleset is a set.
     by_value = msgspec.msgpack.Encoder(order="sorted").encode
+    for op in out["root_ops"]:
+        if op["op"] == "file":  # trunner's venv's pyvenv.cfg names the interpreter's dir
+            for path in prefixes:
+                op["content"] = op["content"].replace(path, names[path])
     out["root_ops"] = sorted(out["root_ops"], key=by_value)
     out["landlock"]["paths"] = sorted(out["landlock"]["paths"], key=by_value)
     if out["process_limit"]["kind"] == "pids_cgroup":

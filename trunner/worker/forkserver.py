@@ -127,6 +127,22 @@ def _check(data: bytes, fds: "list[int]", flags: int) -> "tuple[list[str], str]"
     return stage, mode
 
 
+def _rebase_imports() -> None:
+    """In an image's jail (only trunner makes /.trunner/host: an image may
+    hold no /.trunner), the server's code lies under HOST_PREFIX, and its
+    paths name the image's files, or nothing: a later import (the exec
+    adapter imports a few modules on first use) must find the host's, never
+    the image's (a Debian image's /usr/lib/python3 would load into the
+    host's interpreter). So every sys.path entry is rebased there and the
+    importers cached for the host's paths dropped."""
+    try:
+        posix.stat(abi.HOST_PREFIX)
+    except OSError:
+        return
+    sys.path[:] = [abi.HOST_PREFIX + p if p.startswith("/") else p for p in sys.path]
+    sys.path_importer_cache.clear()
+
+
 def _lead(control: "_socket.socket", fds: "list[int]", stage: "list[str]",
           mode: str) -> "NoReturn":
     """The run's leader, the parent's child: see the module's docstring."""
@@ -152,6 +168,7 @@ def _lead(control: "_socket.socket", fds: "list[int]", stage: "list[str]",
 
 def _serve(mode: str) -> "Any":  # noqa: ANN401  never returns
     """Pid 2, confined: say so on the report pipe, close it, serve `mode`."""
+    _rebase_imports()
     posix.write(abi.REPORT_FD, abi.NOTE_MARK + abi.READY_NOTE + b"\n")
     posix.close(abi.REPORT_FD)
     adapters.serve(mode)
