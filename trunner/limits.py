@@ -56,7 +56,10 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     address_space_bytes: Annotated[int, Meta(ge=64 * MiB, le=2**46)] | Literal["auto"] = AUTO
     processes: Annotated[int, Meta(ge=1, le=4096)] = 32
     open_files: Annotated[int, Meta(ge=16, le=65536)] = 256
-    file_size_bytes: Annotated[int, Meta(ge=0, le=2**46)] = 64 * MiB
+    #: RLIMIT_FSIZE of each process (so also the bound of each memfd, and of
+    #: each `exec` input file), or "auto" (AUTO): `scratch_bytes`, so that
+    #: one file may fill the scratch, and no more (`file_size_for`).
+    file_size_bytes: Annotated[int, Meta(ge=0, le=2**46)] | Literal["auto"] = AUTO
     #: The run's one scratch tmpfs (working dir, /tmp, /dev/shm). tmpfs pages
     #: are memory, not disk: this much RAM (or swap) per run at most.
     scratch_bytes: Annotated[int, Meta(ge=1 * MiB, le=2**40)] = 256 * MiB
@@ -90,6 +93,13 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     def replace(self, **changes: object) -> "Limits":
         """A copy with some fields changed, validated again."""
         return Limits.from_mapping({**msgspec.structs.asdict(self), **changes})
+
+
+def file_size_for(limits: Limits) -> int:
+    """The file size bound applied (RLIMIT_FSIZE, an `exec` input file's
+    bound): `file_size_bytes`, or for "auto" the scratch's size."""
+    value = limits.file_size_bytes
+    return limits.scratch_bytes if value == AUTO else int(value)
 
 
 # The same fields and constraints without __post_init__, so that

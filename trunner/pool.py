@@ -114,19 +114,22 @@ class WorkerPool:
     async def exec(
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None, capture_on_failure: bool = False,
     ) -> Result[ExecResult]:
         """`Runner.exec` on a prewarmed worker of a `runner.pool("exec")`:
-        the same checks, caps and verdict."""
+        the same checks, caps and verdict, and `capture_on_failure` alike."""
         if self._mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
         request, caps = exec_checks.exec_request(argv, stdin, files, collect, self._limits, env)
-        result: Result[ExecResult] = await self._serve(request, caps, ExecResult)
-        exec_checks.check_exec_reply(result.response, self._limits, request.collect)
+        result: Result[ExecResult] = await self._serve(request, caps, ExecResult,
+                                                       capture_on_failure=capture_on_failure)
+        exec_checks.check_exec_reply(result.response, self._limits, request.collect,
+                                     capture_on_failure=capture_on_failure)
         return result
 
     async def _serve(
-        self, request: object, caps: invocation.Caps, response_type: Any  # noqa: ANN401  as in run
+        self, request: object, caps: invocation.Caps, response_type: Any,  # noqa: ANN401  as in run
+        *, capture_on_failure: bool = False,
     ) -> Result[Any]:
         if not self._open:
             raise RuntimeError("use the pool inside `async with runner.pool(...)`")
@@ -137,7 +140,8 @@ class WorkerPool:
         try:
             return await invocation.invoke(self._backend, self._argv, self._limits,
                                            self._temp_root, request, caps, response_type,
-                                           started=started, spawner=self._spawner)
+                                           started=started, spawner=self._spawner,
+                                           capture_on_failure=capture_on_failure)
         finally:
             # Refill after the reply, not before: a new worker's start-up
             # (helper, adapter imports: most of an invocation's CPU) would
