@@ -31,9 +31,10 @@ from trunner.rules import digest
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids, a memory and a cpuacct cgroup and cpu and cpuset
 #: cgroups for the view, no import paths;
-#: address_space_bytes "auto" resolved to no RLIMIT_AS).
+#: address_space_bytes "auto" resolved to no RLIMIT_AS, file_size_bytes "auto" to
+#: scratch_bytes: 256 MiB; with 64 MiB given, the version before issue 35, ab1a225e...).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "ab1a225e7c75c84fe851068fe95fb3e67811aff129f410a15c222ca459600429"
+GOLDEN_DEFAULT = "8748f63900d36141bf2be8e354cb1bfaa0d04886fcfa261a00153ac22a8cf1cd"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:
@@ -90,6 +91,14 @@ def test_a_checkout_elsewhere_has_the_same_version(parent: str) -> None:
         assert other.stdout.decode().strip() == version()
     finally:
         shutil.rmtree(where)
+
+
+def test_file_size_auto_is_the_scratch_size_in_the_version() -> None:
+    """"auto" hashes as the number it applies: the same rules, one version."""
+    assert version(Limits()) == version(Limits(file_size_bytes=Limits().scratch_bytes))
+    assert version(Limits(scratch_bytes=64 << 20)) == version(
+        Limits(scratch_bytes=64 << 20, file_size_bytes=64 << 20))
+    assert version(Limits()) != version(Limits(file_size_bytes=64 << 20))
 
 
 def test_golden_default_version() -> None:

@@ -14,7 +14,7 @@ import enum
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
-    from trunner.protocol import CapturedOutput
+    from trunner.output import CapturedOutput
     from trunner.usage import Usage
 
 

@@ -24,14 +24,8 @@ from trunner.backend import close_jail, open_jail
 from trunner.errors import CAPTURED_REASONS, Reason, RunnerError
 from trunner.jail import Jail  # noqa: TC001  annotates Started
 from trunner.nursery_run import Outcome, supervise
-from trunner.protocol import (
-    HEADER_BYTES,
-    CapturedOutput,
-    ExecResult,
-    Usage,
-    decode_single_frame,
-    encode_frame,
-)
+from trunner.output import CapturedOutput
+from trunner.protocol import HEADER_BYTES, ExecResult, Usage, decode_single_frame, encode_frame
 from trunner.spawn import Child  # noqa: TC001  annotates Started
 
 if TYPE_CHECKING:
@@ -210,7 +204,9 @@ def attach_output(error: RunnerError, reply: ExecResult | None, limits: Limits) 
                          " of trunner's side of the run)")
         error.args = (f"{error.detail} [{error.reason}]",)
         return
-    error.output = CapturedOutput.of(reply, limits.stdout_max_bytes, limits.stderr_max_bytes)
+    error.output = CapturedOutput.within(reply.stdout, reply.stderr,
+                                         stdout_max_bytes=limits.stdout_max_bytes,
+                                         stderr_max_bytes=limits.stderr_max_bytes)
 
 
 def run_usage(outcome: Outcome, jail: Jail) -> Usage | None:

@@ -12,7 +12,7 @@ is sliced, so a hostile header never makes the parent allocate.
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal, TypeVar, final
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -170,31 +170,6 @@ class ExecResult(
     #: time), `cpu_time` (its tree's CPU time), or None. The parent turns
     #: either into a `RunnerError`, never into a result.
     limit: Literal["timeout", "cpu_time"] | None = None
-
-
-@final
-class CapturedOutput(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What a program printed before a failure (`RunnerError.output`, with
-    `exec(..., capture_on_failure=True)`): a diagnostic, never a response.
-
-    The bytes are the program's own, as its adapter read them, never decoded.
-    Each stream is within its cap (`stdout_max_bytes`, `stderr_max_bytes`);
-    `*_truncated` says the program wrote more than is here (the stream
-    crossed its cap).
-    """
-
-    stdout: bytes
-    stderr: bytes
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
-
-    @classmethod
-    def of(cls, reply: ExecResult, stdout_max_bytes: int, stderr_max_bytes: int) -> CapturedOutput:
-        """An `exec` reply's streams, each cut to its cap (the adapter
-        returns one byte past a cap it saw crossed)."""
-        return cls(stdout=reply.stdout[:stdout_max_bytes], stderr=reply.stderr[:stderr_max_bytes],
-                   stdout_truncated=len(reply.stdout) > stdout_max_bytes,
-                   stderr_truncated=len(reply.stderr) > stderr_max_bytes)
 
 
 def _bin_header_bytes(n: int) -> int:
