@@ -172,3 +172,22 @@ def test_the_limits_are_the_adapters() -> None:
     section = text.split("\n```", 1)[0]
     for reason in CAPTURED_REASONS:
         assert f"`{reason.value}`" in section, reason
+
+
+def test_the_cli_prints_it_under_its_own_key() -> None:
+    """`trunner exec --capture-on-failure`: the failure's JSON has `output`
+    beside `error`; without the flag it has none."""
+    import json
+
+    base = [sys.executable, "-m", "trunner", "exec", "--text", "--wall-time-s", str(scaled(1))]
+    for flag, expected in (["--capture-on-failure"], True), ([], False):
+        done = subprocess.run([*base, *flag, "--", *PROGRESS], capture_output=True, text=True,
+                              timeout=scaled(120), cwd=ROOT)
+        assert done.returncode == 1, done.stderr
+        out = json.loads(done.stdout)
+        assert out["error"] == "timeout"
+        if expected:
+            assert out["output"] == {"stdout": "progress-line\n", "stderr": "to-stderr\n",
+                                     "stdout_truncated": False, "stderr_truncated": False}
+        else:
+            assert "output" not in out

@@ -183,6 +183,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                          " instead of into the JSON")
     ex.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="set NAME for the program (repeatable; over PATH, HOME, TMPDIR, LANG)")
+    ex.add_argument("--capture-on-failure", action="store_true",
+                    help="on a limit (timeout, cpu_time, memory_limit, a cap), print what the"
+                         " program wrote before it under \"output\": a diagnostic")
     ex.add_argument("--exit-code", action="store_true",
                     help="exit with the program's own code; trunner's failures then exit 124"
                          " (wall-clock limit) or 125")
@@ -250,7 +253,8 @@ async def _run_command(args: argparse.Namespace) -> int:
         files = _read_files(args.file)
         runner = Runner(limits=limits)
         res = await runner.exec(args.argv, stdin=args.stdin.encode(), files=files,
-                                collect=args.collect, env=args.env)
+                                collect=args.collect, env=args.env,
+                                capture_on_failure=args.capture_on_failure)
         out: dict[str, object] = msgspec.structs.asdict(res.response)
         if args.out is not None:
             out["files"] = _write_files(args.out, res.response.files)
@@ -267,6 +271,12 @@ async def _run_command(args: argparse.Namespace) -> int:
         failed: dict[str, object] = {"error": e.reason.value, "detail": e.detail}
         if e.usage is not None:  # the program ran: what it used up to the failure
             failed["usage"] = e.usage
+        if e.output is not None:  # --capture-on-failure: what it wrote before it
+            output: dict[str, object] = msgspec.structs.asdict(e.output)
+            if getattr(args, "text", False):
+                output["stdout"] = e.output.stdout.decode(errors="replace")
+                output["stderr"] = e.output.stderr.decode(errors="replace")
+            failed["output"] = output
         _print(failed)
         if own_exit:
             return EXIT_OWN_TIMEOUT if e.reason is Reason.TIMEOUT else EXIT_OWN_FAILURE
