@@ -199,7 +199,8 @@ class NodeServer:
             match call:
                 case wire.ExecCall():
                     result = await pool.exec(call.argv, stdin=call.stdin, files=call.files,
-                                             collect=call.collect, env=call.env)
+                                             collect=call.collect, env=call.env,
+                                             capture_on_failure=call.capture_on_failure)
                     response = msgspec.Raw(wire.encode(result.response))
                 case wire.RunCall():
                     result = await pool.run(call.request, response_type=msgspec.Raw)

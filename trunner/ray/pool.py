@@ -138,11 +138,12 @@ class ClusterPool:
     async def exec(
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None, capture_on_failure: bool = False,
     ) -> Result[ExecResult]:
         """`Runner.exec` on some node: the same checks (here, before any
-        node is asked), caps and verdict."""
-        call = self._router.exec_call(argv, stdin, files, collect, env)
+        node is asked), caps and verdict, and `capture_on_failure` alike."""
+        call = self._router.exec_call(argv, stdin, files, collect, env,
+                                      capture_on_failure=capture_on_failure)
         result: Result[ExecResult] = await self._call(call, ExecResult)
         return result
 

@@ -138,7 +138,8 @@ class Router:
 
     def exec_call(self, argv: Sequence[str], stdin: bytes,
                   files: Mapping[str, bytes | ExecFile] | None, collect: Sequence[str],
-                  env: Mapping[str, str] | None) -> wire.ExecCall:
+                  env: Mapping[str, str] | None, *,
+                  capture_on_failure: bool = False) -> wire.ExecCall:
         """An `exec` call, checked here as `Runner.exec` checks it, before
         any node is asked.
 
@@ -149,7 +150,8 @@ class Router:
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
         request, _ = exec_checks.exec_request(argv, stdin, files, collect, self.spec.limits, env)
         return wire.ExecCall(id=self.call_id(), argv=request.argv, stdin=request.stdin,
-                             files=request.files, collect=request.collect, env=request.env)
+                             files=request.files, collect=request.collect, env=request.env,
+                             capture_on_failure=capture_on_failure)
 
     def admit(self, tried: frozenset[str] = frozenset()) -> Node | None:
         """The node a call goes to now: the live one with the fewest calls

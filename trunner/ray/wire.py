@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from trunner.errors import Reason, RunnerError
+from trunner.output import CapturedOutput
 from trunner.protocol import ExecFile, Usage
 
 _NIL = msgspec.Raw(b"\xc0")  # msgpack nil
@@ -35,6 +36,9 @@ class ExecCall(msgspec.Struct, tag="exec", frozen=True, kw_only=True):
     files: dict[str, ExecFile] = {}
     collect: list[str] = []
     env: dict[str, str] = {}
+    #: `exec(..., capture_on_failure=True)`: a limit's failure carries the
+    #: program's output (`Failure.output`). Absent in older calls: off.
+    capture_on_failure: bool = False
 
 
 Call = RunCall | ExecCall
@@ -52,6 +56,8 @@ class Failure(msgspec.Struct, tag="failure", frozen=True, kw_only=True):
     exit_status: int | None = None
     signal: int | None = None
     usage: Usage | None = None
+    #: `RunnerError.output` (only with `capture_on_failure`); absent: None.
+    output: CapturedOutput | None = None
 
 
 class Hello(msgspec.Struct, tag="hello", frozen=True, kw_only=True):
@@ -115,7 +121,7 @@ def raw(request: object) -> msgspec.Raw:
 
 def failure_of(e: RunnerError) -> Failure:
     return Failure(reason=str(e.reason), detail=e.detail, exit_status=e.exit_status,
-                   signal=e.signal, usage=e.usage)
+                   signal=e.signal, usage=e.usage, output=e.output)
 
 
 def error_of(f: Failure) -> RunnerError:
@@ -128,7 +134,7 @@ def error_of(f: Failure) -> RunnerError:
                            f" {f.detail}", exit_status=f.exit_status, signal=f.signal,
                            usage=f.usage)
     return RunnerError(reason, f.detail, exit_status=f.exit_status, signal=f.signal,
-                       usage=f.usage)
+                       usage=f.usage, output=f.output)
 
 
 def response_of(success: Success, response_type: Any) -> Any:  # noqa: ANN401  a msgspec type form
