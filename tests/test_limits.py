@@ -8,7 +8,13 @@ import msgspec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from trunner.limits import AUTO_ADDRESS_SPACE_BYTES, PRESETS, Limits, file_size_for
+from trunner.limits import (
+    AUTO_ADDRESS_SPACE_BYTES,
+    AUTO_FILE_SIZE_SLACK_BYTES,
+    PRESETS,
+    Limits,
+    file_size_for,
+)
 
 
 def test_defaults_and_presets_are_valid() -> None:
@@ -61,13 +67,17 @@ def test_unknown_field_is_refused() -> None:
 
 def test_file_size_follows_the_scratch_unless_given() -> None:
     """file_size_bytes "auto" (the default) is the scratch's size, whatever
-    that is, `replace` included; a number given holds."""
+    that is, `replace` included, and a page's rounding more (a full scratch
+    says ENOSPC); a number given holds."""
+    slack = AUTO_FILE_SIZE_SLACK_BYTES
+    assert slack == 64 << 10
     assert Limits().file_size_bytes == "auto"
-    assert file_size_for(Limits()) == Limits().scratch_bytes == 256 << 20
-    assert file_size_for(Limits(scratch_bytes=1 << 30)) == 1 << 30
-    assert file_size_for(Limits().replace(scratch_bytes=8 << 20)) == 8 << 20
+    assert Limits().scratch_bytes == 256 << 20
+    assert file_size_for(Limits()) == (256 << 20) + slack
+    assert file_size_for(Limits(scratch_bytes=1 << 30)) == (1 << 30) + slack
+    assert file_size_for(Limits().replace(scratch_bytes=8 << 20)) == (8 << 20) + slack
     assert file_size_for(Limits(file_size_bytes=1 << 20, scratch_bytes=1 << 30)) == 1 << 20
-    assert file_size_for(Limits.from_mapping({"file_size_bytes": "auto"})) == 256 << 20
+    assert file_size_for(Limits.from_mapping({"file_size_bytes": "auto"})) == (256 << 20) + slack
     with pytest.raises(ValueError, match="file_size_bytes"):
         Limits.from_mapping({"file_size_bytes": "scratch"})
 
