@@ -121,6 +121,8 @@ def make_runner(
     temp_root: str | None = None,
     limits: Limits | None = None,
     provider: Mapping[str, Any] | None = None,
+    binds: Sequence[str | tuple[str, str]] = (),
+    etc: Sequence[str] = (),
 ) -> Runner:
     """A `Runner` as a caller builds one, at the test run's Landlock ABI cap;
     under TRUNNER_TEST_VIA_POOL=1 a `support.PooledRunner`, whose every run
@@ -135,12 +137,14 @@ def make_runner(
     cap = landlock_cap()
     if cap is None:
         return cls(import_paths=import_paths, temp_root=temp_root, limits=limits,
-                   provider=provider)
+                   provider=provider, binds=binds, etc=etc)
     backend = LinuxBackend(
         locate_worker(),
         import_paths=tuple(os.path.abspath(p) for p in import_paths),
         profile=DEFAULT_PROFILE if provider is None else provider_profile(provider),
         landlock_abi=cap,
+        binds=binds,
+        etc=etc,
     )
     return cls(temp_root=temp_root, limits=limits, backend=backend)
 

@@ -155,11 +155,14 @@ def claim(kind: str, candidates: Iterable[int], usable: Callable[[int], bool]) -
 
 
 def run_caller(install: Path, script: str, *, uid: int | None = None,
-               timeout_s: float = 120) -> object:
-    """Run `script` with the install's Python, as `uid` when given (root only)."""
+               timeout_s: float = 120, groups: Iterable[int] = ()) -> object:
+    """Run `script` with the install's Python, as `uid` when given (root
+    only), with the supplementary `groups` (none by default)."""
     argv = [str(install / "venv/bin/python"), "-I", "-c", script]
     if uid is not None and os.getuid() == 0:
-        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *argv]
+        kept = ",".join(map(str, groups))
+        grouping = f"--groups={kept}" if kept else "--clear-groups"
+        argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", grouping, "--", *argv]
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "TMPDIR": tempfile.gettempdir()}
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/",
                           timeout=scaled(timeout_s))

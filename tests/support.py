@@ -580,6 +580,11 @@ class Unjailed:
     def usage_now(self, pgid: int, *, program_only: bool) -> None:
         return None
 
+    memory_sample_s = None
+
+    def sample_memory(self) -> None:
+        return None
+
     def final_usage(self, report: bytes) -> None:
         return None
 

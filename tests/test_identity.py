@@ -349,6 +349,25 @@ async def test_a_pool_holds_its_ids_while_idle(jail_root: Path, small: int) -> N
     assert (await runner.run("children:status")).response["pid"] == 2
 
 
+@root_only
+async def test_a_call_with_its_own_limits_takes_the_pools_id(jail_root: Path, small: int
+                                                              ) -> None:
+    """One host id, a pool of size 1 holding it: a call with limits of its
+    own ends the idle worker and runs under its id (never
+    `host_ids_exhausted`), then the pool holds it again."""
+    ids = range(small, small + 1)
+    runner = Runner(temp_root=str(jail_root), host_ids=ids, limits=Limits(wall_time_s=20.0))
+    other = runner.limits.replace(cpu_time_s=3.0)
+    async with runner.pool("exec", size=1) as pool:
+        for limits in (other, other, None):
+            await wait_until(lambda: pool.idle_workers == 1, 60, "1 idle worker")
+            assert HostIds(ids)._held(small)
+            r = await pool.exec(["cat", "/proc/self/uid_map"], limits=limits)
+            assert r.response.stdout.split()[1] == str(small).encode()
+            assert r.rules_version == runner.rules_version(limits)
+    assert not HostIds(ids)._held(small)
+
+
 #: Per-uid kernel counters a jail can drain: (setup and `take()`, the error
 #: `take()` gives once the quota is full). `take()` returns "OK" or an errno name.
 COUNTERS = {

@@ -154,7 +154,8 @@ def _example(t: mi.StructType) -> msgspec.Struct:
     def value(i: int, name: str, t: mi.Type) -> object:
         if isinstance(t, mi.VarTupleType):
             return (f"/{name}/{i}",)
-        return {mi.StrType: f"/{name}", mi.IntType: 100 + i}[type(t)]
+        # A bool: not its default (True, where one has a default).
+        return {mi.StrType: f"/{name}", mi.IntType: 100 + i, mi.BoolType: False}[type(t)]
 
     item: msgspec.Struct = t.cls(**{f.name: value(i, f.name, f.type)
                                     for i, f in enumerate(t.fields)})

@@ -24,18 +24,28 @@ the fields (`--wall-time-s`, `--memory-bytes`, ...). The older flags stay as
 aliases: `--timeout` (`--wall-time-s`), `--cpu` (`--cpu-time-s`),
 `--stdout-cap`, `--stderr-cap`, and `--memory`, which is
 `--address-space-bytes` (RLIMIT_AS per process), not `--memory-bytes` (the
-run's memory cgroup).
+run's memory cgroup). Each takes its value with a unit (`trunner.units`):
+`256M` (K, M, G binary, as Docker reads them; KB, MB, GB decimal), `500ms`,
+`2s`, `1m`; a bare number is bytes or seconds, as the name says.
+
+`exec --stdin TEXT` feeds TEXT; `--stdin -` this command's own stdin, and
+`--stdin-file PATH` a file's bytes. A successful `exec` prints the
+`ExecResult` without its `limit`, which is always None in a result.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 
 from trunner import __version__
+from trunner.units import FORMS, Unit, UnitError, parse_limit, unit_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: Exit codes (see the module's docstring).
 EXIT_ERROR = 1
@@ -52,6 +62,10 @@ LIMIT_ALIASES: dict[str, tuple[str, ...]] = {
     "cpu_time_s": ("--cpu",),
     "address_space_bytes": ("--memory",),
 }
+
+
+#: What each limit flag takes, by its unit (`trunner.units`).
+_METAVAR: dict[Unit, str] = {Unit.BYTES: "SIZE", Unit.SECONDS: "TIME", Unit.COUNT: "N"}
 
 
 class UsageError(Exception):
@@ -76,36 +90,49 @@ class _LimitAction(argparse.Action):
 def _limits_args(parser: argparse.ArgumentParser) -> None:
     from trunner.limits import Limits
 
-    group = parser.add_argument_group("limits (every field of trunner.Limits)")
+    group = parser.add_argument_group(
+        "limits (every field of trunner.Limits)",
+        f"SIZE: {FORMS[Unit.BYTES]}; TIME: {FORMS[Unit.SECONDS]}. K, M and G are binary, as"
+        " Docker reads them; a bare number keeps its unit: bytes, seconds.")
     defaults = Limits()
     for field in Limits.__struct_fields__:
         flags = (limit_flag(field), *(a for a in LIMIT_ALIASES.get(field, ())
                                       if a != limit_flag(field)))
         note = {"address_space_bytes": " (RLIMIT_AS per process; alias --memory), or 'auto'",
+                "file_size_bytes": " (RLIMIT_FSIZE), or 'auto': the scratch's size + 64K",
                 "memory_bytes": " (the run's memory cgroup, as root)"}.get(field, "")
-        group.add_argument(*flags, dest=field, action=_LimitAction, metavar="N",
-                           default=argparse.SUPPRESS,
-                           help=f"Limits.{field}{note}; default {getattr(defaults, field)!r}")
+        default = _default(field, getattr(defaults, field))
+        group.add_argument(*flags, dest=field, action=_LimitAction,
+                           metavar=_METAVAR[unit_of(field)], default=argparse.SUPPRESS,
+                           help=f"Limits.{field}{note}; default {default}")
 
 
-def _number(text: str) -> int | float | str:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
+def _default(field: str, value: object) -> str:
+    """A default as `--help` gives it: a round size with its suffix too."""
+    if unit_of(field) is Unit.BYTES and isinstance(value, int) and value:
+        for suffix, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+            if value % size == 0:
+                return f"{value // size}{suffix} ({value})"
+    return repr(value)
 
 
 def _limits(args: argparse.Namespace) -> Any:  # noqa: ANN401
-    """The Limits the flags give; a bad value is a `UsageError` naming the flag."""
+    """The Limits the flags give, each value read with its unit
+    (`trunner.units`); a bad value is a `UsageError` naming the flag."""
     import re
 
-    from trunner.limits import Limits
+    from trunner.limits import AUTO, Limits
 
     given: dict[str, tuple[str, str]] = getattr(args, "limit_flags", None) or {}
+    values: dict[str, object] = {}
+    for field, (typed, raw) in given.items():
+        words = (AUTO,) if field in ("address_space_bytes", "file_size_bytes") else ()
+        try:
+            values[field] = parse_limit(field, raw, words=words)
+        except UnitError as e:
+            raise UsageError(f"{typed}: {e}") from None
     try:
-        return Limits.from_mapping({field: _number(raw) for field, (_, raw) in given.items()})
+        return Limits.from_mapping(values)
     except (msgspec.ValidationError, ValueError) as e:
         text = str(e)
 
@@ -132,16 +159,60 @@ def _print(obj: object) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Wraps a one-paragraph text; keeps one of several lines as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, exiting `usage_exit` on an error (125 under `exec --exit-code`)."""
 
-    def __init__(self, *args: Any, usage_exit: int = EXIT_USAGE, **kwargs: Any) -> None:  # noqa: ANN401
+    def __init__(self, *args: Any, usage_exit: int = EXIT_USAGE,  # noqa: ANN401
+                 epilog_of: Callable[[], str] | None = None, **kwargs: Any) -> None:  # noqa: ANN401
+        kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
         self.usage_exit = usage_exit
+        self.epilog_of = epilog_of
+
+    def format_help(self) -> str:
+        if self.epilog_of is not None:  # worked out only when help is asked for
+            self.epilog = self.epilog_of()
+        return super().format_help()
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(self.usage_exit, f"{self.prog}: error: {message}\n")
+
+
+#: What each built-in mode does (`trunner.kernel.abi.BUILTIN_MODES` names them).
+BUILTIN_HELP: dict[str, str] = {
+    "echo": "gives the request back as its response",
+    "exec": "runs a program (an ExecRequest); 'trunner exec' is its command line",
+}
+
+
+def _modes_help() -> str:
+    """`run --help`'s list of modes: the built-in ones, those registered
+    here (entry points in group `trunner.modes`), and the spec form."""
+    from importlib.metadata import entry_points
+
+    from trunner.kernel.abi import BUILTIN_MODES
+
+    registered = {ep.name: ep.value for ep in entry_points(group="trunner.modes")}
+    width = max(map(len, [*BUILTIN_MODES, *registered])) + 2
+    lines = ["modes:", "  built in:"]
+    lines += [f"    {name:<{width}}{BUILTIN_HELP.get(name, '')}".rstrip()
+              for name in BUILTIN_MODES]
+    lines.append("  registered (entry points in group 'trunner.modes'):")
+    lines += [f"    {name:<{width}}{value}" for name, value in sorted(registered.items())]
+    if not registered:
+        lines.append("    (none here)")
+    lines.append("  or PACKAGE.MODULE:FUNCTION, found on --import-path or in site-packages")
+    return "\n".join(lines)
 
 
 def _usage_exit(argv: list[str]) -> int:
@@ -160,19 +231,47 @@ def parse(argv: list[str]) -> argparse.Namespace:
     --exit-code`); a value argparse cannot check raises a `UsageError`
     naming the flag as typed.
     """
-    usage_exit = _usage_exit(argv)
-    parser = _Parser(prog="trunner", description=__doc__, usage_exit=usage_exit,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    args = build_parser(_usage_exit(argv)).parse_args(argv)
+    if args.command in ("run", "exec"):
+        args.limits = _limits(args)
+    if args.command == "exec":
+        args.env = _read_env(args.env)
+    return args
+
+
+def build_parser(usage_exit: int = EXIT_USAGE) -> argparse.ArgumentParser:
+    """The command's parser, each subcommand with its description and each
+    flag with its help; argparse's errors exit `usage_exit`."""
+    parser = _Parser(prog="trunner", description=__doc__, usage_exit=usage_exit)
     parser.add_argument("--version", action="version", version=f"trunner {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="run a worker mode on one request", usage_exit=usage_exit)
-    run.add_argument("mode")
-    run.add_argument("--request", default="null", help="the request as JSON, or - for stdin")
-    run.add_argument("--import-path", action="append", default=[], help="where user modes live")
+    run = sub.add_parser(
+        "run", usage_exit=usage_exit, help="run a worker mode on one request",
+        description="Run MODE on one request in a fresh jail and print one JSON object:"
+                    " {\"response\": ..., \"usage\": ..., \"rules_version\": ...}.",
+        epilog_of=_modes_help)
+    run.add_argument("mode", help="a built-in or registered mode, or PACKAGE.MODULE:FUNCTION"
+                                  " (see 'modes' below)")
+    run.add_argument("--request", default="null", metavar="JSON",
+                     help="the request as JSON (default null), or - to read it from stdin")
+    run.add_argument("--import-path", action="append", default=[], metavar="DIR",
+                     help="a directory where PACKAGE.MODULE:FUNCTION modes are found, bound"
+                          " read-only into the jail (repeatable)")
     _limits_args(run)
-    ex = sub.add_parser("exec", help="run a program inside the jail", usage_exit=usage_exit)
+    ex = sub.add_parser(
+        "exec", usage_exit=usage_exit, help="run a program inside the jail",
+        description="Run ARGV (after --) inside a fresh jail, in its working dir, and print"
+                    " how it ended as one JSON object: exit_code, signal, stdout, stderr"
+                    " (base64, or text with --text), files, unmatched, elapsed_s, usage,"
+                    " rules_version.")
     ex.add_argument("--text", action="store_true", help="print stdout/stderr as UTF-8 text")
-    ex.add_argument("--stdin", default="", help="text fed to the program's stdin")
+    stdin = ex.add_mutually_exclusive_group()
+    stdin.add_argument("--stdin", default="", metavar="TEXT",
+                       help="TEXT (as UTF-8) is the program's stdin; '--stdin -' reads this"
+                            " command's own stdin instead, as bytes (for a literal '-', use"
+                            " --stdin-file)")
+    stdin.add_argument("--stdin-file", metavar="PATH",
+                       help="the bytes of the host file PATH are the program's stdin")
     ex.add_argument("--file", action="append", default=[], metavar="NAME=PATH",
                     help="place the host file PATH as NAME in the working dir (repeatable;"
                          " executable if PATH is)")
@@ -190,16 +289,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help="exit with the program's own code; trunner's failures then exit 124"
                          " (wall-clock limit) or 125")
     _limits_args(ex)
-    ex.add_argument("argv", nargs="+")
-    doctor = sub.add_parser("doctor", help="what this host supports; exit 0 if a run would work",
-                            usage_exit=usage_exit)
-    doctor.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    if args.command in ("run", "exec"):
-        args.limits = _limits(args)
-    if args.command == "exec":
-        args.env = _read_env(args.env)
-    return args
+    ex.add_argument("argv", nargs="+", metavar="ARGV",
+                    help="the program (found on the jail's PATH) and its arguments")
+    doctor = sub.add_parser(
+        "doctor", usage_exit=usage_exit, help="what this host supports; exit 0 if a run would work",
+        description="Check what this host supports, layer by layer, and whether a run would"
+                    " work: exit 0 if it would, 1 if not (the refusal names the fix).")
+    doctor.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,7 +338,7 @@ async def _run_command(args: argparse.Namespace) -> int:
                 runner = Runner(limits=limits, import_paths=args.import_path)
             except ValueError as e:  # an import path that is not a directory
                 raise UsageError(f"--import-path: {e}") from None
-            text = sys.stdin.read() if args.request == "-" else args.request
+            text = await _read_stdin("--request -") if args.request == "-" else args.request
             try:
                 request = msgspec.json.decode(text)
             except msgspec.DecodeError as e:
@@ -251,11 +348,22 @@ async def _run_command(args: argparse.Namespace) -> int:
                     "rules_version": result.rules_version})
             return 0
         files = _read_files(args.file)
+        if args.stdin_file is not None:
+            stdin = await _read_stdin_file(args.stdin_file)
+        elif args.stdin == "-":
+            from trunner.protocol import EXEC_INPUT_MAX_BYTES
+
+            stdin = await _read_stdin("--stdin -", EXEC_INPUT_MAX_BYTES)
+        else:
+            stdin = args.stdin.encode()
         runner = Runner(limits=limits)
-        res = await runner.exec(args.argv, stdin=args.stdin.encode(), files=files,
+        res = await runner.exec(args.argv, stdin=stdin, files=files,
                                 collect=args.collect, env=args.env,
                                 capture_on_failure=args.capture_on_failure)
         out: dict[str, object] = msgspec.structs.asdict(res.response)
+        # Always None in a result: the adapter's report of a limit it hit,
+        # which the parent turns into a RunnerError, never into a result.
+        del out["limit"]
         if args.out is not None:
             out["files"] = _write_files(args.out, res.response.files)
         if args.text:
@@ -281,6 +389,64 @@ async def _run_command(args: argparse.Namespace) -> int:
         if own_exit:
             return EXIT_OWN_TIMEOUT if e.reason is Reason.TIMEOUT else EXIT_OWN_FAILURE
         return EXIT_ERROR
+
+
+async def _read_stdin(flag: str, max_bytes: int = -1) -> bytes:
+    """This command's own stdin, whole, as bytes; over `max_bytes` (when
+    given) is a `UsageError` naming `flag`."""
+    data = await _in_thread(_read_fd, sys.stdin.fileno(), max_bytes)
+    if 0 <= max_bytes < len(data):
+        raise UsageError(f"{flag}: stdin is over {max_bytes} bytes, the most exec takes")
+    return data
+
+
+async def _read_stdin_file(path: str) -> bytes:
+    """`--stdin-file PATH`: the file's bytes (a `UsageError` names the flag)."""
+    import os
+
+    from trunner.protocol import EXEC_INPUT_MAX_BYTES
+
+    def read() -> bytes:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return _read_fd(fd, EXEC_INPUT_MAX_BYTES)
+        finally:
+            os.close(fd)
+
+    try:
+        data = await _in_thread(read)
+    except OSError as e:
+        raise UsageError(f"--stdin-file {path!r}: {e.strerror}") from None
+    if len(data) > EXEC_INPUT_MAX_BYTES:
+        raise UsageError(f"--stdin-file {path!r}: over {EXEC_INPUT_MAX_BYTES} bytes, the most"
+                         " exec takes")
+    return data
+
+
+async def _in_thread(fn: Callable[..., bytes], *args: int) -> bytes:
+    """`fn(*args)` in a thread that a signal's cancellation abandons, so
+    SIGTERM or SIGINT ends a command still reading a pipe or a FIFO."""
+    import trio
+
+    return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+
+
+def _read_fd(fd: int, max_bytes: int = -1) -> bytes:
+    """`fd` to its end, or to one byte past `max_bytes` (when given).
+
+    Raw reads, never `sys.stdin.buffer`: a thread abandoned in a read
+    holds no lock the interpreter's exit then waits on (it aborts, "could
+    not acquire lock for <stdin>", if a thread holds stdin's)."""
+    import os
+
+    data = bytearray()
+    while max_bytes < 0 or len(data) <= max_bytes:
+        want = 1 << 16 if max_bytes < 0 else min(1 << 16, max_bytes + 1 - len(data))
+        chunk = os.read(fd, want)
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
 
 
 def _read_env(specs: list[str]) -> dict[str, str]:

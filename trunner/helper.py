@@ -200,15 +200,16 @@ class RlimitNproc:
 
 
 class MemoryCgroup:
-    __slots__ = ("bytes", "cgroup", "socket_bytes")
+    __slots__ = ("bytes", "cgroup", "peak", "socket_bytes")
     TAG = "memory_cgroup"
 
     def __init__(self, d: "Data") -> None:
         cgroup, limit, sockets = d.get("cgroup"), d.get("bytes"), d.get("socket_bytes")
+        peak = d.get("peak")
         if (type(cgroup) is not str or type(limit) is not int or type(sockets) is not int
-                or len(d) != 4):
+                or type(peak) is not bool or len(d) != 5):
             raise ValueError(self.TAG)
-        self.cgroup, self.bytes, self.socket_bytes = cgroup, limit, sockets
+        self.cgroup, self.bytes, self.socket_bytes, self.peak = cgroup, limit, sockets, peak
 
 
 class CpuCgroup:
@@ -475,7 +476,7 @@ def _limit_memory(memory: "MemoryCgroup | None") -> None:
     if not v2 and _exists(tcp):  # v1: charged only once a limit is set
         install.write_file(tcp, b"%d" % memory.socket_bytes)
     peak = f"{prog}/memory.peak" if v2 else f"{prog}/memory.max_usage_in_bytes"
-    if _exists(peak):  # v2 before 5.19 has none: the peak is then max_rss's
+    if memory.peak and _exists(peak):  # v2 before 5.19 has none: the parent samples
         _open_at(peak, posix.O_RDONLY, abi.PROG_PEAK_FD)
     _join_run(path)
 

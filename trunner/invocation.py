@@ -172,7 +172,7 @@ def failed_usage(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
     if response_type is ExecResult:
         reply = exec_reply(outcome, stdout_max_bytes)
         if reply is not None and reply.usage is not None:
-            return reply.usage
+            return exec_usage(reply.usage, jail)
     else:
         usage = run_usage(outcome, jail)
         if usage is not None:
@@ -207,6 +207,17 @@ def attach_output(error: RunnerError, reply: ExecResult | None, limits: Limits) 
     error.output = CapturedOutput.within(reply.stdout, reply.stderr,
                                          stdout_max_bytes=limits.stdout_max_bytes,
                                          stderr_max_bytes=limits.stderr_max_bytes)
+
+
+def exec_usage(usage: Usage | None, jail: Jail) -> Usage | None:
+    """An `exec` adapter's usage, with the peak the parent sampled where the
+    kernel keeps none of the program's cgroup (`Jail.sample_memory`): the
+    adapter then had only its tree's largest `ru_maxrss`."""
+    sampled = jail.sample_memory()
+    if usage is None or sampled is None or usage.memory_source != "max_rss":
+        return usage
+    return msgspec.structs.replace(usage, memory_source="sampled",
+                                   peak_memory_bytes=max(sampled, usage.peak_memory_bytes))
 
 
 def run_usage(outcome: Outcome, jail: Jail) -> Usage | None:
@@ -252,8 +263,11 @@ async def invoke(
             if capture_on_failure and response_type is ExecResult:
                 attach_output(e, exec_reply(outcome, caps.stdout_max_bytes), limits)
             raise
-        usage = (response.usage if response_type is ExecResult
-                 else run_usage(outcome, started.jail))
+        if response_type is not ExecResult:
+            return Result(response, version, run_usage(outcome, started.jail))
+        usage = exec_usage(response.usage, started.jail)
+        if usage is not response.usage:
+            response = msgspec.structs.replace(response, usage=usage)
         return Result(response, version, usage)
 
 

@@ -92,7 +92,7 @@ class Figures(NamedTuple):
     system_s: float
     peak_bytes: int
     cpu_source: Literal["rusage", "cgroup"] = "rusage"
-    memory_source: Literal["max_rss", "cgroup"] = "max_rss"
+    memory_source: Literal["max_rss", "cgroup", "sampled"] = "max_rss"
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,17 @@ class Jail(Spawnable, Protocol):
         `admit` and its peak; else, from /proc, the processes' CPU time and
         their largest peak resident set, with `program_only` without the
         adapter's own (an `exec` program's tree). None if it cannot be read."""
+
+    @property
+    def memory_sample_s(self) -> float | None:
+        """How often `sample_memory` is to be called while the run lives;
+        None where the kernel keeps the program's peak (or there is no
+        cgroup to sample)."""
+
+    def sample_memory(self) -> int | None:
+        """Where the kernel keeps no peak of the program's cgroup (cgroup
+        v2 before 5.19): sample its current memory; the most seen so far.
+        None elsewhere."""
 
     def final_usage(self, report: bytes) -> Figures | None:
         """After `release`, what a `run()` mode (whose adapter is its

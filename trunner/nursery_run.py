@@ -131,6 +131,12 @@ async def supervise(
                            " of CPU time")
                     return
 
+    async def sample_memory(scope: trio.CancelScope, every: float) -> None:
+        with scope:
+            while True:
+                child.jail.sample_memory()
+                await trio.sleep(every)
+
     async def drain(
         stream: trio.lowlevel.FdStream, cap: int, buf: bytearray, reason: Reason
     ) -> None:
@@ -147,12 +153,15 @@ async def supervise(
 
     try:
         async with trio.open_nursery() as nursery:
-            # The feeder and the killer have nothing to do once the child exits.
-            until_exit = (trio.CancelScope(), trio.CancelScope(), trio.CancelScope())
+            # The feeder, the killer and the watchers have nothing to do once
+            # the child exits.
+            until_exit = tuple(trio.CancelScope() for _ in range(4))
             nursery.start_soon(feed, until_exit[0])
             nursery.start_soon(kill_at, until_exit[1])
             if cpu_time_s is not None:
                 nursery.start_soon(watch_cpu, until_exit[2], cpu_time_s)
+            if child.jail.memory_sample_s is not None:  # v2 before 5.19: no peak kept
+                nursery.start_soon(sample_memory, until_exit[3], child.jail.memory_sample_s)
             nursery.start_soon(drain, child.stdout, stdout_max_bytes, result.stdout,
                                Reason.STDOUT_CAP)
             nursery.start_soon(drain, child.stderr, stderr_max_bytes, result.stderr,

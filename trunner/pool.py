@@ -7,6 +7,15 @@ invocation in its own process group and jail dir; the wall-clock deadline
 starts when its request is written; the caps and the verdict are the same.
 As root, an idle worker holds its jail's host id (`trunner.linux.ids`) until
 it has served or is ended: a pool of `size` keeps `size` ids taken.
+
+A call with limits of its own (`limits=` other than the pool's) is served
+by a jail opened and started for it when it comes, through the pool's fork
+server: the cold plan of those limits, so their rules version. It takes one
+of the pool's `size` slots for its run: the pool's idle workers and such
+jails together are at most `size` (an idle worker is ended to make room, and
+the refill waits for the slot), and a call that finds every slot taken by
+such jails waits for one, before its jail is opened (its deadline has not
+started). A call with the pool's limits is served as before.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import trio
 
 from trunner import exec_checks, invocation
 from trunner.errors import Reason, RunnerError
+from trunner.limits import Limits
 from trunner.protocol import ExecFile, ExecResult
 
 if TYPE_CHECKING:
@@ -26,7 +36,6 @@ if TYPE_CHECKING:
 
     from trunner.invocation import Result
     from trunner.jail import JailBackend
-    from trunner.limits import Limits
 
 
 class WorkerPool:
@@ -46,6 +55,11 @@ class WorkerPool:
         self._argv = adapter_argv
         self.size, self.idle_s = size, idle_s
         self._idle: deque[invocation.Started] = deque()
+        #: Slots held by calls with limits of their own (`_own` of them).
+        self._slots = trio.Semaphore(size)
+        self._own = 0
+        #: Set while the refill starts a worker; that worker's slot is taken.
+        self._starting: trio.Event | None = None
         self._last_use = 0.0
         self._wanted = trio.Event()
         self._open = False
@@ -102,38 +116,70 @@ class WorkerPool:
         """Workers spawned and waiting for a request."""
         return len(self._idle)
 
+    @property
+    def calls_waiting(self) -> int:
+        """Calls with limits of their own waiting for a slot (every one of
+        the pool's `size` is taken by such calls' jails)."""
+        return self._slots.statistics().tasks_waiting
+
     async def run(
-        self, request: object, *, response_type: Any = Any  # noqa: ANN401  a msgspec type form
+        self, request: object, *, response_type: Any = Any,  # noqa: ANN401  a msgspec type form
+        limits: Limits | None = None,
     ) -> Result[Any]:
         """Serve `request` on a prewarmed worker (or a fresh one if none is
-        ready). Same reasons, same verdict as `Runner.run`."""
+        ready). Same reasons, same verdict as `Runner.run`. With `limits`
+        other than the pool's, on a jail started for this call (see the
+        module's docstring), as `Runner.run(..., limits=limits)`."""
         if self._mode == "exec":
             raise RuntimeError("an exec pool serves `pool.exec(argv, ...)`, not `pool.run`")
-        return await self._serve(request, self._caps, response_type)
+        limits = self._call_limits(limits)
+        caps = self._caps if limits is self._limits else invocation.Caps.of(limits)
+        return await self._serve(request, limits, caps, response_type)
 
     async def exec(
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
-        env: Mapping[str, str] | None = None, capture_on_failure: bool = False,
+        env: Mapping[str, str] | None = None, limits: Limits | None = None,
+        capture_on_failure: bool = False,
     ) -> Result[ExecResult]:
         """`Runner.exec` on a prewarmed worker of a `runner.pool("exec")`:
-        the same checks, caps and verdict, and `capture_on_failure` alike."""
+        the same checks, caps and verdict, and `capture_on_failure` alike.
+        With `limits` other than the pool's, on a jail started for this
+        call, as `Runner.exec(..., limits=limits)`."""
         if self._mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
-        request, caps = exec_checks.exec_request(argv, stdin, files, collect, self._limits, env)
-        result: Result[ExecResult] = await self._serve(request, caps, ExecResult,
+        limits = self._call_limits(limits)
+        request, caps = exec_checks.exec_request(argv, stdin, files, collect, limits, env)
+        result: Result[ExecResult] = await self._serve(request, limits, caps, ExecResult,
                                                        capture_on_failure=capture_on_failure)
-        exec_checks.check_exec_reply(result.response, self._limits, request.collect,
+        exec_checks.check_exec_reply(result.response, limits, request.collect,
                                      capture_on_failure=capture_on_failure)
         return result
 
+    def _call_limits(self, limits: Limits | None) -> Limits:
+        """The pool's own limits for None or equal ones (so `is` tells a
+        prewarmed call from one of its own)."""
+        if limits is None or limits == self._limits:
+            return self._limits
+        if not isinstance(limits, Limits):
+            raise TypeError("limits must be a trunner.Limits")
+        return limits
+
     async def _serve(
-        self, request: object, caps: invocation.Caps, response_type: Any,  # noqa: ANN401  as in run
+        self, request: object, limits: Limits, caps: invocation.Caps,
+        response_type: Any,  # noqa: ANN401  as in run
         *, capture_on_failure: bool = False,
     ) -> Result[Any]:
         if not self._open:
             raise RuntimeError("use the pool inside `async with runner.pool(...)`")
         self._last_use = trio.current_time()
+        if limits is not self._limits:
+            async with self._slot():
+                self._last_use = trio.current_time()
+                return await invocation.invoke(self._backend, self._argv, limits,
+                                               self._temp_root, request, caps, response_type,
+                                               spawner=self._spawner,
+                                               capture_on_failure=capture_on_failure)
         # A worker that died while idle (e.g. a refused setup) is served all
         # the same, so the caller gets its real reason, not a silent respawn.
         started = self._idle.popleft() if self._idle else None
@@ -147,6 +193,25 @@ class WorkerPool:
             # (helper, adapter imports: most of an invocation's CPU) would
             # compete with this run for the CPU.
             self._wanted.set()
+
+    @asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of the pool's `size` slots, for a call with limits of its own:
+        wait for one, then end idle workers until they and such calls' jails
+        are at most `size` (a worker the refill is starting counts: its end is
+        waited for first), so that the call's jail takes the host id one of
+        them held. The refill is woken when the slot is given back."""
+        async with self._slots:
+            self._own += 1
+            try:
+                while self._starting is not None:
+                    await self._starting.wait()
+                while self._idle and len(self._idle) + self._own > self.size:
+                    await invocation.discard(self._idle.pop())
+                yield
+            finally:
+                self._own -= 1
+                self._wanted.set()
 
     async def _start(self) -> invocation.Started:
         """A worker for the idle queue. A server that dies with the request
@@ -183,11 +248,16 @@ class WorkerPool:
                 await self._spawner.aclose()
                 announce()
                 await self._wanted.wait()
-            elif len(self._idle) < self.size:
+            elif len(self._idle) + self._own < self.size:
                 # A refill that cannot spawn ends the pool: its RunnerError
                 # (anything else as internal_error) leaves the `async with`.
-                with invocation.only_runner_errors():
-                    self._idle.append(await self._start())
+                starting = self._starting = trio.Event()
+                try:
+                    with invocation.only_runner_errors():
+                        self._idle.append(await self._start())
+                finally:
+                    self._starting = None
+                    starting.set()
             else:
                 announce()
                 with trio.move_on_at(self._last_use + self.idle_s):

@@ -44,6 +44,17 @@ class Runner:
         limits: default limits for every run (a run may pass its own).
         import_paths: directories user modes are imported from; the jail
             may read them and they become the worker's PYTHONPATH.
+        binds: host directories the jail may read and execute (toolchains
+            outside /usr: rustup, pyenv, an SDK), read-only, each a path
+            (bound at its own path) or a `(host_dir, path_in_jail)` pair.
+            Part of the rules version (the paths, not the contents). Refused
+            (`sandbox_setup`) where one would shadow the jail's own paths
+            (/, or on, above or in /dev, /etc, /proc, /sys/fs/cgroup, the
+            working dir; on or above /tmp) or move over another bound dir,
+            and as root where a user other than root could write it, its
+            parents or anything in it. docs/toolchains.md.
+        etc: host /etc entries the jail holds beside its short default list
+            (a symlink stays a link, never followed).
         temp_root: where jail dirs are made (default: the system temp dir);
             the leftovers of dead owners there, and their cgroups, are
             removed here (`JailBackend.sweep`).
@@ -80,6 +91,8 @@ class Runner:
         backend: JailBackend | None = None,
         host_ids: range | None = None,
         cgroup_leaf: str | None = None,
+        binds: Sequence[str | tuple[str, str]] = (),
+        etc: Sequence[str] = (),
     ) -> None:
         self.limits = limits if limits is not None else Limits()
         if not isinstance(self.limits, Limits):
@@ -87,9 +100,9 @@ class Runner:
         self.temp_root = temp_root
         if backend is not None:
             if (import_paths or worker is not None or provider is not None
-                    or host_ids is not None or cgroup_leaf is not None):
-                raise ValueError("pass import_paths, worker, provider, host_ids and cgroup_leaf"
-                                 " to the backend")
+                    or host_ids is not None or cgroup_leaf is not None or binds or etc):
+                raise ValueError("pass import_paths, worker, provider, host_ids, cgroup_leaf,"
+                                 " binds and etc to the backend")
             self._backend = backend
             self.worker = backend.worker
             self.import_paths = tuple(backend.import_paths)
@@ -100,6 +113,10 @@ class Runner:
                     raise ValueError(f"import path {path!r} is not a directory")
             self.worker = worker if worker is not None else locate_worker()
             options: dict[str, Any] = {"import_paths": self.import_paths}
+            if binds:
+                options["binds"] = binds
+            if etc:
+                options["etc"] = etc
             if host_ids is not None:
                 options["host_ids"] = host_ids
             if cgroup_leaf is not None:
@@ -242,7 +259,9 @@ class Runner:
         use; the pool refills on the next use, in a nursery the `async with`
         opens in the caller's task. An exception of the body leaves the
         `async with` as itself; a refill that cannot spawn cancels the body
-        and leaves it as that one `RunnerError`.
+        and leaves it as that one `RunnerError`. A call's own `limits=`
+        (`pool.run`, `pool.exec`) other than these gets a jail started for
+        it, in one of the `size` slots (docs/pool.md, "Limits per call").
 
         Raises:
             RunnerError: `unknown_mode`, here; the pool's own failure, from

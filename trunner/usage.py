@@ -35,8 +35,11 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     #: and on cgroup v2 its sockets' buffers); `max_rss`, where the run has
     #: no cgroup (and for a run() mode), the largest maximum resident set
     #: size of any one process of the tree (getrusage's `ru_maxrss`; a tree
-    #: of several processes may have used more at once).
-    memory_source: Literal["max_rss", "cgroup"] = "max_rss"
+    #: of several processes may have used more at once); `sampled`, on
+    #: cgroup v2 before Linux 5.19, whose cgroups keep no peak: the most of
+    #: the program's cgroup's current memory the parent saw, sampled every
+    #: 10 ms, or the largest `ru_maxrss` if more (a lower bound).
+    memory_source: Literal["max_rss", "cgroup", "sampled"] = "max_rss"
     #: Where the CPU times come from: `cgroup`, the program's own cgroup
     #: (every process of the tree, those the kernel reaped included);
     #: `rusage`, the reaped children's getrusage (a child reaped by the

@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -19,11 +20,11 @@ from raysupport import NODE_ARGS, leftovers, own, raylet_pid, trunner_cgroups
 
 from support import host_children, jailed_under, scaled, wait_until
 from trunner import Limits, Reason, Runner, RunnerError
+from trunner.linux.probe import probe_host
 from trunner.ray import AsyncioPool, cluster_pool
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from raysupport import Nodes
 
@@ -136,6 +137,45 @@ async def test_limits_come_back_as_the_local_runner_error(nodes: Nodes) -> None:
                 assert not isinstance(there.value.__cause__, ray.exceptions.RayError)
             ok = await p.run("result = 21 * 2")
             assert ok.response == 42
+
+
+#: 3 s of the spin's own CPU time: 3x the tight problem's cpu_time_s, under
+#: a third of the loose one's (tests/test_pool_limits.py, on one host).
+SPIN = ["python3", "-c", "import time\nt = time.process_time()\n"
+        "while time.process_time() - t < 3: pass"]
+ALLOC = ["python3", "-c", "b = b'x' * (150 * 2**20)\nprint(len(b))"]
+
+
+async def test_per_call_limits_on_the_cluster(nodes: Nodes) -> None:
+    """One cluster pool serves two problems: each call under its own
+    limits, on either node, with a local cold run's rules version and
+    verdict for them (3x from each limit); the pool's calls keep the pool's."""
+    tight = LIMITS.replace(wall_time_s=scaled(60.0), cpu_time_s=1.0, memory_bytes=48 * 2**20)
+    loose = LIMITS.replace(wall_time_s=scaled(60.0), cpu_time_s=10.0, memory_bytes=512 * 2**20)
+    local = Runner(limits=LIMITS, temp_root=str(nodes.jail_root))
+    memory = bool(probe_host().memory_cgroup_base)
+    async with pool(nodes, size_per_node=1) as p:
+        for limits in (tight, loose, tight, loose):  # sequential: the nodes take turns
+            r = await p.exec(["true"], limits=limits)
+            assert r.rules_version == local.rules_version(limits) != p.rules_version
+        assert (await p.exec(["true"])).rules_version == p.rules_version
+        cases = [(SPIN, tight, Reason.CPU_TIME), (SPIN, loose, None)]
+        if memory:  # else no memory cgroup: no memory_limit verdict (uid 65534)
+            cases += [(ALLOC, tight, Reason.MEMORY_LIMIT), (ALLOC, loose, None)]
+        for argv, limits, reason in cases:
+            if reason is None:
+                there = await p.exec(argv, limits=limits)
+                here = await local.exec(argv, limits=limits)
+                assert there.response.exit_code == here.response.exit_code == 0
+                assert there.rules_version == here.rules_version
+            else:
+                with pytest.raises(RunnerError) as there_e:
+                    await p.exec(argv, limits=limits)
+                with pytest.raises(RunnerError) as here_e:
+                    await local.exec(argv, limits=limits)
+                assert there_e.value.reason is here_e.value.reason is reason
+        stats = await p.node_stats()
+    assert all(s.served > 0 for s in stats.values()), stats
 
 
 @pytest.mark.slow
@@ -405,13 +445,36 @@ async def test_asyncio_pool(nodes: Nodes) -> None:
             with pytest.raises(RunnerError) as e:
                 await p.exec([])
             assert e.value.reason is Reason.BAD_REQUEST
+            other = LIMITS.replace(cpu_time_s=3.0)
+            r = await p.exec(["true"], limits=other)
+            assert r.rules_version == Runner(limits=other).rules_version() != p.rules_version
             stats = await p.node_stats()
-            # The 20, and the cancelled one; the bad request never left the driver.
-            assert sum(s.served for s in stats.values()) == 21
+            # The 20, the cancelled one, the own limits' one; the bad request
+            # never left the driver.
+            assert sum(s.served for s in stats.values()) == 22
             return [r.response.stdout for r in outs]
 
     outs = await trio.to_thread.run_sync(asyncio.run, main())
     assert outs == [f"{i}\n".encode() for i in range(20)]
+
+
+async def test_the_docs_block_runs_as_written(nodes: Nodes, tmp_path: Path) -> None:
+    """docs/ray.md's per-call limits block, a driver of its own whose
+    `ray.init(address="auto")` finds this cluster (as test_ray_readme's)."""
+    import re
+    import sys
+
+    [program] = re.findall(r"^```python\n(.*?)^```$", (Path(TESTS_DIR).parent / "docs" / "ray.md")
+                           .read_text(), re.MULTILINE | re.DOTALL)
+    (tmp_path / "ray_limits.py").write_text(program)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["RAY_ADDRESS"] = nodes.cluster.address
+    with trio.fail_after(scaled(300)):
+        done = await trio.run_process([sys.executable, "ray_limits.py"], cwd=tmp_path, env=env,
+                                      capture_stdout=True, capture_stderr=True, check=False)
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 0, (out, err)
+    assert out.splitlines()[-1] == "b'42\\n' True"
 
 
 async def test_the_benchmark_runs() -> None:

@@ -8,7 +8,7 @@ import pickle
 import msgspec
 import pytest
 
-from trunner import CapturedOutput, Reason, RunnerError, Usage
+from trunner import CapturedOutput, Limits, Reason, RunnerError, Usage
 from trunner.protocol import ExecFile, ExecResult
 from trunner.ray import wire
 
@@ -59,6 +59,10 @@ CALLS = [
     pytest.param(wire.ExecCall(id="a-2", argv=["true"]), id="exec-defaults"),
     pytest.param(wire.RunCall(id="a-3", request=wire.raw({"n": [1, 2]})), id="run"),
     pytest.param(wire.RunCall(id="a-4"), id="run-none"),
+    pytest.param(wire.ExecCall(id="a-5", argv=["true"], limits=Limits(cpu_time_s=1.0)),
+                 id="exec-own-limits"),
+    pytest.param(wire.RunCall(id="a-6", limits=Limits(memory_bytes=64 * 2**20)),
+                 id="run-own-limits"),
 ]
 
 
@@ -71,9 +75,38 @@ async def test_a_call_round_trips_as_its_own_kind(call: wire.Call) -> None:
 
 async def test_a_call_is_tagged_by_its_kind() -> None:
     assert msgspec.msgpack.decode(wire.encode(wire.RunCall(id="r"))) == \
-        {"type": "run", "id": "r", "request": None}
+        {"type": "run", "id": "r", "request": None, "limits": None}
     assert msgspec.msgpack.decode(wire.encode(wire.ExecCall(id="e", argv=["true"])))["type"] \
         == "exec"
+
+
+@pytest.mark.parametrize("body", [
+    pytest.param({"type": "run", "id": "r", "request": None}, id="run"),
+    pytest.param({"type": "exec", "id": "e", "argv": ["true"], "stdin": b"", "files": {},
+                  "collect": [], "env": {}}, id="exec"),
+])
+async def test_a_call_from_before_limits_decodes_as_the_pools(body: dict[str, object]) -> None:
+    """A call as encoded before per-call limits (no `limits` field) is one
+    under the pool's limits."""
+    call = wire.decode_call(msgspec.msgpack.encode(body))
+    assert call.id == body["id"]
+    assert call.limits is None
+
+
+async def test_a_calls_limits_are_checked_as_limits() -> None:
+    """A call's own limits decode through `Limits`' own checks (and its
+    `__post_init__`: an int for a float field is the float)."""
+    body = {"type": "exec", "id": "e", "argv": ["true"], "limits": {"cpu_time_s": 2}}
+    call = wire.decode_call(msgspec.msgpack.encode(body))
+    assert call.limits is not None
+    assert call.limits == Limits(cpu_time_s=2.0)
+    assert type(call.limits.cpu_time_s) is float
+    body["limits"] = {"cpu_time_s": -1.0}
+    with pytest.raises(msgspec.ValidationError, match=r"at `\$.limits.cpu_time_s`"):
+        wire.decode_call(msgspec.msgpack.encode(body))
+    body["limits"] = {"cpu_seconds": 1.0}
+    with pytest.raises(msgspec.ValidationError, match="unknown field `cpu_seconds`"):
+        wire.decode_call(msgspec.msgpack.encode(body))
 
 
 @pytest.mark.parametrize(("body", "match"), [

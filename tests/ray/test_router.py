@@ -301,3 +301,54 @@ def test_a_node_that_joins_after_the_close_is_handed_back_not_added() -> None:
     assert r.joined("b", (b, wire.decode_hello(hello("b")))) is b  # for the caller to end
     assert list(r.nodes) == ["a"]
     assert r.found(["c"]) == []  # a closed pool picks nothing up
+
+
+# -- a call's own limits ------------------------------------------------------------
+
+OWN = Limits(cpu_time_s=1.0)
+
+
+def test_a_calls_own_limits_cross_and_the_pools_do_not() -> None:
+    r = opened("a")
+    assert r.exec_call(["true"], b"", None, (), None, OWN).limits == OWN
+    assert r.exec_call(["true"], b"", None, (), None).limits is None
+    # Equal to the pool's, however built: the pool's, sent as None.
+    same = Limits.from_mapping({})
+    assert same is not r.spec.limits
+    assert r.exec_call(["true"], b"", None, (), None, same).limits is None
+    run = Router(router.spec_of("echo", Limits(), 2, 2, "trunner", 1, 0, {}))
+    assert run.run_call("x", OWN).limits == OWN
+    assert run.run_call("x").limits is None
+    with pytest.raises(TypeError, match=r"trunner\.Limits"):
+        r.exec_call(["true"], b"", None, (), None, {"cpu_time_s": 1})  # type: ignore[arg-type]
+
+
+def test_an_exec_call_is_checked_under_its_own_limits() -> None:
+    """The files' bound is the call's `file_size_bytes`, checked on the
+    driver before any node is asked."""
+    r = opened("a")
+    files = {"f": b"x" * 2048}
+    assert r.exec_call(["true"], b"", files, (), None).files["f"].data == files["f"]
+    with pytest.raises(RunnerError) as e:
+        r.exec_call(["true"], b"", files, (), None, Limits(file_size_bytes=1024))
+    assert e.value.reason is Reason.BAD_REQUEST
+
+
+def test_replies_under_own_limits_agree_with_the_first() -> None:
+    """The driver cannot compute a rules version: the first reply under a
+    call's own limits pins it, every node's later replies under them must
+    give it; the pool's own calls keep the pool's."""
+    r = opened("a", "b")
+    a, b = r.nodes["a"], r.nodes["b"]
+    assert r.result(a, success(1, "own-1"), int, OWN).rules_version == "own-1"
+    assert r.result(b, success(2, "own-1"), int, OWN).rules_version == "own-1"
+    assert r.result(b, success(3), int).rules_version == RULES
+    with pytest.raises(RunnerError) as e:
+        r.result(b, success(4, "own-2"), int, OWN)
+    assert e.value.reason is Reason.SANDBOX_SETUP
+    assert "own-2" in e.value.detail
+    assert b.state == "dead"
+    assert "b" in r.refused
+    with pytest.raises(RunnerError) as e:  # under the pool's limits: the pool's version only
+        r.result(a, success(5, "own-1"), int)
+    assert e.value.reason is Reason.SANDBOX_SETUP

@@ -3,10 +3,12 @@ jail dir; each test asserts the errno and that the outside thing is unchanged.""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,7 @@ from support import host_children, run_code, scaled, sha256, user_xattrs_absent,
 from trunner import Limits, Runner
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 
 @pytest.fixture
@@ -439,3 +441,139 @@ async def test_dnotify_on_a_read_only_host_dir(jail_root: Path, tmp_path: Path) 
     child, listed = await while_held(runner, before, "result = [armed, signals]", host)
     # The host listed and wrote (SIGIO, 29, would be there), and was not seen.
     assert (child, listed) == (["EPERM", [signal.SIGUSR1]], ["old"])
+
+
+# -- /etc: what the jail holds of the host's reveals no secret -------------------------
+
+#: Inside: what /etc/ssl holds, a planted key by its path and through
+#: /usr/lib/ssl/private (a link to /etc/ssl/private), the jail's groups, and
+#: whether the CA certificates still load (a TLS client's).
+ETC_SECRETS = r"""
+import errno, json, os, ssl, sys
+def attempt(fn):
+    try:
+        return "OK:" + repr(fn())
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+key = sys.argv[1]
+name = os.path.basename(key)
+print(json.dumps({
+    "ssl": sorted(os.listdir("/etc/ssl")),
+    "key": attempt(lambda: open(key).read()),
+    "via_usr": attempt(lambda: open("/usr/lib/ssl/private/" + name).read()),
+    "private": attempt(lambda: os.stat("/etc/ssl/private")),
+    "etc": sorted(set(os.listdir("/etc")) & {"shadow", "gshadow", "ssh", "sudoers",
+                                             "machine-id", "ssl-cert-snakeoil.key"}),
+    "groups": len(os.getgroups()),
+    "cas": ssl.create_default_context().cert_store_stats()["x509_ca"],
+}))
+"""
+
+#: The caller: one exec of ETC_SECRETS with its key path; the program's JSON line.
+ETC_CALLER = """
+import json, sys, trio
+from trunner import Limits, Runner
+from trunner.linux.backend import LinuxBackend
+from trunner.worker import locate_worker
+code, key, temp_root, cap = json.loads({args!r})
+
+async def main():
+    backend = None if cap is None else LinuxBackend(locate_worker(), landlock_abi=cap)
+    runner = (Runner(temp_root=temp_root) if backend is None
+              else Runner(temp_root=temp_root, backend=backend))
+    r = (await runner.exec(["python3", "-I", "-c", code, key])).response
+    assert r.exit_code == 0, r.stderr
+    print(r.stdout.decode().strip())
+
+trio.run(main)
+"""
+
+
+@pytest.fixture
+def planted_key() -> Iterator[Path]:
+    """A key of group ssl-cert in /etc/ssl/private (where Debian keeps its
+    snakeoil key), for this test alone; root only."""
+    import grp
+
+    if os.getuid() != 0:
+        pytest.skip("planting a key in /etc/ssl/private needs root")
+    try:
+        gid = grp.getgrnam("ssl-cert").gr_gid
+    except KeyError:
+        pytest.skip("no group ssl-cert on this host")
+    if not os.path.isdir("/etc/ssl/private"):
+        pytest.skip("no /etc/ssl/private on this host")
+    key = Path(f"/etc/ssl/private/trunner-test-{os.getpid()}.key")
+    key.write_text("PRIVATE KEY")
+    try:
+        os.chown(key, 0, gid)
+        key.chmod(0o640)
+        yield key
+    finally:
+        key.unlink()
+
+
+def _key(request: pytest.FixtureRequest) -> str:
+    """The planted key (root), else where Debian keeps its snakeoil key."""
+    if os.getuid() == 0:
+        return str(request.getfixturevalue("planted_key"))
+    return "/etc/ssl/private/ssl-cert-snakeoil.key"
+
+
+def _no_secret(out: dict[str, Any]) -> None:
+    assert out["ssl"] == sorted(p for p in ("certs", "openssl.cnf")
+                                if os.path.exists(f"/etc/ssl/{p}"))
+    assert (out["key"], out["via_usr"], out["private"]) == ("ENOENT", "ENOENT", "ENOENT")
+    assert out["etc"] == []
+    assert out["cas"] > 0  # the CA certificates still load
+
+
+async def test_etc_reveals_no_host_secret(request: pytest.FixtureRequest, jail_root: Path) -> None:
+    """Of /etc/ssl the jail holds only the certificates and openssl.cnf (it
+    bound /etc/ssl whole): a key in /etc/ssl/private is not there, by its
+    path or through /usr/lib/ssl/private, a link to it."""
+    key = _key(request)
+    runner = make_runner(temp_root=str(jail_root))
+    r = (await runner.exec(["python3", "-I", "-c", ETC_SECRETS, key])).response
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    _no_secret(out)
+    assert out["groups"] == (0 if os.getuid() == 0 else len(os.getgroups()))
+
+
+def test_etc_reveals_no_host_secret_to_a_caller_in_group_ssl_cert(
+        request: pytest.FixtureRequest) -> None:
+    """The same for a non-root caller in group ssl-cert, who can read the
+    key on the host, and whose jail keeps its supplementary groups (the
+    host's ssl-cert shows there as the overflow gid)."""
+    import grp
+    import subprocess
+
+    from installed import run_caller, temp_install, unused_id, world_python
+
+    from conftest import landlock_cap
+
+    if os.getuid() != 0:
+        pytest.skip("a caller of another uid and group needs root to start it")
+    key = _key(request)
+    python = world_python()
+    if python is None:
+        pytest.skip("no interpreter of this Python's version that every uid can run")
+    gid = grp.getgrnam("ssl-cert").gr_gid
+    uid = unused_id()
+    seen = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", f"--groups={gid}",
+                           "cat", key], capture_output=True, text=True, check=False)
+    assert seen.stdout == "PRIVATE KEY"  # on the host, the caller can read it
+    install = temp_install(python)
+    try:
+        temp_root = Path(tempfile.mkdtemp(prefix="jails-", dir=install))
+        temp_root.chmod(0o1777)
+        args = [ETC_SECRETS, key, str(temp_root), landlock_cap()]
+        out = run_caller(install, ETC_CALLER.format(args=json.dumps(args)), uid=uid,
+                         groups=[gid])
+        assert isinstance(out, dict)
+        assert list(temp_root.iterdir()) == [], "the caller left a jail dir behind"
+    finally:
+        shutil.rmtree(install)
+    _no_secret(out)
+    assert out["groups"] == 1  # ssl-cert, kept

@@ -37,7 +37,7 @@ CGROUP_FDS = (PROG_CPU_FD, PROG_CPU_SPLIT_FD, PROG_PEAK_FD, *PROG_JOIN_FDS, *SUP
 SUP_CGROUP = "sup"
 PROG_CGROUP = "prog"
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 11
+PLAN_VERSION = 12
 #: The plan's fields, in the order the helper applies them. The parent's
 #: `HelperPlan` and the helper's `helper.Plan` have exactly these
 #: (tests/test_plan.py pins both).
@@ -57,6 +57,10 @@ SKIPPABLE = ("process_limit", "rlimits", "capabilities", "landlock", "parent_dea
 #: text (the step that failed and why), written by the helper or pid 2
 #: just before it exits SANDBOX_SETUP_EXIT or PROCESS_COUNT_EXIT.
 NOTE_MARK = b"\0"
+#: The adapter's pid in its jail's PID namespace (pid 1 is the helper's
+#: waiter). The exec adapter refuses to run as any other (`kill(-1)`).
+ADAPTER_PID = 2
+
 #: Note: the jail's pid 1, as "init HOSTPID STARTTIME" (its start time in
 #: clock ticks, /proc/PID/stat field 22): the parent waits on it at teardown.
 INIT_NOTE = b"init"

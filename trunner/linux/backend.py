@@ -28,10 +28,12 @@ from trunner.errors import Reason, RunnerError
 from trunner.jail import Command, Failure, Figures, HostSupport
 from trunner.kernel import abi
 from trunner.linux import cgroup, delegation, kmsg, landlock, seccomp, sockets, watchdog
+from trunner.linux.binds import HostBind, parse_binds, parse_etc, writer_refusal
 from trunner.linux.ids import DEFAULT_RANGE, HostFiles, HostIds, IdLease
 from trunner.linux.plan import (
     Bind,
     HelperPlan,
+    bind_refusal,
     encode_plan,
     environment,
     for_run,
@@ -60,6 +62,9 @@ RULES_SCHEMA: int = 3
 #: How long teardown waits for the jail's pid 1 (and so its PID namespace)
 #: to be gone after the group kill; SIGKILL is delivered asynchronously.
 GONE_BOUND_S = 1.0
+#: How often the parent samples the program's cgroup's current memory where
+#: the kernel keeps no peak of it (cgroup v2 before 5.19).
+MEMORY_SAMPLE_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,22 @@ class LinuxJail:
     #: its figures read before `release` removed its cgroup.
     cpu_at_admit: tuple[int, int, int] | None = None
     final: Figures | None = None
+    #: Where the kernel keeps no peak of `prog` (v2 before 5.19): its
+    #: current-memory file, sampled (`sample_memory`), and the most seen.
+    memory_now: str | None = None
+    sampled_peak: int = 0
+
+    @property
+    def memory_sample_s(self) -> float | None:
+        return MEMORY_SAMPLE_S if self.memory_now else None
+
+    def sample_memory(self) -> int | None:
+        if self.memory_now is None:
+            return None
+        text = cgroup.read_text(self.memory_now)
+        if text is not None and text.isdigit():  # None once the cgroup is gone
+            self.sampled_peak = max(self.sampled_peak, int(text))
+        return self.sampled_peak
 
     def spawned(self, pgid: int) -> None:
         self.pgid = pgid
@@ -200,7 +221,7 @@ class LinuxJail:
         children's times are its program's). None if there is no pid 1 to
         read."""
         figures = self._program_figures()
-        if figures is not None and figures.memory_source == "cgroup":
+        if figures is not None and figures.memory_source != "max_rss":
             return figures
         init = procfs.children(pgid)
         if not init:
@@ -227,11 +248,10 @@ class LinuxJail:
         if usage is not None and len(usage) == 3:
             rusage = Figures(usage[0] / 1e6, usage[1] / 1e6, usage[2] * 1024)
         final = self.final
-        if final is None or (final.memory_source != "cgroup" and rusage is None):
+        if final is None:
             return rusage
-        if final.memory_source != "cgroup":  # v2 before 5.19: no memory.peak
-            assert rusage is not None
-            return final._replace(peak_bytes=rusage.peak_bytes)
+        if final.memory_source == "sampled" and rusage is not None:
+            return final._replace(peak_bytes=max(final.peak_bytes, rusage.peak_bytes))
         return final
 
     def _program_figures(self) -> Figures | None:
@@ -246,9 +266,12 @@ class LinuxJail:
                                                       strict=True))
         share = user / (user + system) if user + system > 0 else 1.0
         seconds = max(total, 0) / 1e9
+        cpu = (seconds * share, seconds - seconds * share)
+        sampled = self.sample_memory()
+        if sampled is not None:
+            return Figures(*cpu, sampled, "cgroup", "sampled")
         peak = _prog_peak(self.memory_cgroup) if self.memory_cgroup else None
-        return Figures(seconds * share, seconds - seconds * share, peak or 0, "cgroup",
-                       "max_rss" if peak is None else "cgroup")
+        return Figures(*cpu, peak or 0, "cgroup", "max_rss" if peak is None else "cgroup")
 
     def explain(self, exit_code: int, report: bytes, started_us: int) -> Failure | None:
         notes, refusal = parse_report(report)
@@ -360,6 +383,10 @@ class LinuxBackend:
         landlock_abi: plan for this ABI instead of the kernel's (refused
             if the kernel has less): a cap, so the jail can be tested as on
             an older kernel (tests read TRUNNER_TEST_LANDLOCK_ABI for it).
+        sample_memory: plan as on a cgroup v2 kernel before 5.19, which
+            keeps no peak of a cgroup: the parent samples the program's
+            cgroup's current memory instead (`LinuxJail.sample_memory`), on
+            any kernel, so that path is tested here.
         unsafe_skip: benchmark hook: layers the helper leaves out. Named in
             the plan and in the rules version; never set by `Runner`.
         host_ids: the host ids (uid == gid) a root caller's jails run as,
@@ -372,16 +399,22 @@ class LinuxBackend:
             this process lives in, which it moves itself into at `settle()`
             (its first run or pool) so that runs' cgroups can be made beside it
             (`trunner.linux.delegation`; None: `TRUNNER_CGROUP_LEAF`).
+        binds: host dirs the jail reads and execs, each a path or a (host
+            dir, target) pair (`trunner.linux.binds`); checked at `check()`.
+        etc: /etc entries the jail holds beside `plan.ETC_FILES`.
     """
 
     worker: str
     import_paths: tuple[str, ...] = ()
     profile: JailProfile = DEFAULT_PROFILE
     landlock_abi: int | None = None
+    sample_memory: bool = False
     unsafe_skip: tuple[str, ...] = ()
     host_ids: range = DEFAULT_RANGE
     host_files: HostFiles = field(default_factory=HostFiles)
     cgroup_leaf: str | None = None
+    binds: Sequence[str | tuple[str, str]] = ()
+    etc: Sequence[str] = ()
     _host: HostSupport | None = field(default=None, repr=False)
     _paths: HostPaths | None = field(default=None, repr=False)
     #: The compiled filters, by `seccomp_policy_for`'s policy (it follows the
@@ -390,8 +423,14 @@ class LinuxBackend:
     _launch: tuple[str, ...] | None = field(default=None, repr=False)
     _prepared: dict[Limits, Prepared] = field(default_factory=dict, repr=False)
     _ids_checked: bool = field(default=False, repr=False)
+    _binds_checked: bool = field(default=False, repr=False)
+    #: `prog`'s current-memory file's name where it is sampled ("": the
+    #: kernel keeps a peak), from the first run.
+    _memory_now_name: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
+        self._binds: tuple[HostBind, ...] = parse_binds(self.binds)  # ValueError: a bad one
+        self._etc = parse_etc(self.etc)
         self._ids = HostIds(self.host_ids, self.host_files)  # ValueError for a bad range
         self._cgroups = cgroup.RunCgroups()
 
@@ -446,6 +485,26 @@ class LinuxBackend:
         if host.is_root and not self._ids_checked:
             self._ids.check()  # once: it reads every process's ids
             self._ids_checked = True
+        if not self._binds_checked:
+            self._check_binds(host.is_root)
+            self._binds_checked = True
+
+    def _check_binds(self, is_root: bool) -> None:
+        """The caller's binds: none shadows the jail's paths; as root, none
+        holds what a user but root could change (walked once: the tree
+        may be large)."""
+        refusal = bind_refusal(self._binds, self.profile, self.host_paths(), self.import_paths)
+        if refusal is None and is_root:
+            mounts = sockets.mount_points()
+            for source in dict.fromkeys(source for source, _ in self._binds):
+                try:
+                    refusal = writer_refusal(source, mounts)
+                except OSError as e:
+                    refusal = f"bind {source}: cannot walk it: {e}"
+                if refusal is not None:
+                    break
+        if refusal is not None:
+            raise RunnerError(Reason.SANDBOX_SETUP, refusal)
 
     def abi(self) -> int:
         """The Landlock ABI in force: the kernel's, or `landlock_abi` if given
@@ -488,7 +547,7 @@ class LinuxBackend:
 
     def host_paths(self) -> HostPaths:
         if self._paths is None:
-            self._paths = snapshot(profile_paths(self.profile, self.import_paths))
+            self._paths = snapshot(profile_paths(self.profile, self.import_paths, self._etc))
         return self._paths
 
     def prepared(self, limits: Limits) -> Prepared:
@@ -503,9 +562,10 @@ class LinuxBackend:
                     raise RunnerError(Reason.SANDBOX_SETUP, f"seccomp: {e}") from e
             paths = self.host_paths()
             plan = plan_jail(limits, self.probe(), paths, self.profile,
-                             import_paths=self.import_paths, parent_pid=os.getpid(),
+                             import_paths=self.import_paths, binds=self._binds, etc=self._etc,
+                             parent_pid=os.getpid(),
                              landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip,
-                             seccomp_bpf=self._bpf[policy])
+                             seccomp_bpf=self._bpf[policy], sample_memory=self.sample_memory)
             if not self.probe().is_root:
                 _refuse_locked_submounts(plan)
             plan = with_masks(plan, self._sockets_shown(plan))
@@ -515,17 +575,20 @@ class LinuxBackend:
         return done
 
     def _caller_paths(self) -> list[str]:
-        """The bound paths that are the caller's, not the system's: import
-        paths, and any path the profile adds to the default profile's."""
+        """The paths bound at their own path that are the caller's, not the
+        system's: import paths, binds, and any path the profile adds to the
+        default profile's."""
         ours = {*DEFAULT_PROFILE.read_exec, *DEFAULT_PROFILE.read_only,
                 *DEFAULT_PROFILE.read_write}
         named = [*self.profile.read_exec, *self.profile.read_only, *self.profile.read_write]
-        return sorted({os.path.normpath(p) for p in (*self.import_paths, *named)
+        same = [source for source, target in self._binds if source == target]
+        return sorted({os.path.normpath(p) for p in (*self.import_paths, *named, *same)
                        if p not in ours})
 
     def _sockets_shown(self, plan: HelperPlan) -> list[str]:
-        """Every unix socket (and unlistable dir) the plan's binds would show:
-        the system dirs walked once per process, the caller's paths now."""
+        """Every unix socket (and unlistable dir) the plan's binds would show,
+        as the jail sees it: the system dirs walked once per process, the
+        caller's paths now (a bind moved to a target: found at the target)."""
         caller = self._caller_paths()
 
         def is_caller(path: str) -> bool:
@@ -534,11 +597,17 @@ class LinuxBackend:
         mounts = sockets.mount_points()
         found: list[sockets.Found] = []
         for op in plan.root_ops:
-            if not isinstance(op, Bind) or op.flags & abi.BIND_DEVICE or is_caller(op.source):
+            if (not isinstance(op, Bind) or op.flags & abi.BIND_DEVICE or is_caller(op.source)
+                    or op.source != op.path):
                 continue
             found.append(sockets.system_walk(op.source, mounts))
         found += [sockets.find_sockets(path, mounts) for path in caller]
-        return [path for f in found for path in (*f.sockets, *f.unlistable)]
+        shown = [path for f in found for path in (*f.sockets, *f.unlistable)]
+        for source, target in self._binds:
+            if source != target:
+                f = sockets.find_sockets(source, mounts)
+                shown += [target + path[len(source):] for path in (*f.sockets, *f.unlistable)]
+        return shown
 
     def _document(self, limits: Limits, plan: HelperPlan, paths: HostPaths) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -570,6 +639,21 @@ class LinuxBackend:
 
     def rules_version(self, limits: Limits) -> str:
         return self.prepared(limits).version
+
+    def _memory_now(self, run: str | None) -> str | None:
+        """Where the kernel keeps no peak of the run's `prog` (or
+        `sample_memory`): its current-memory file, to sample. Looked up at
+        the first run: the kernel's, so the same for every run."""
+        if run is None:
+            return None
+        prog = os.path.join(run, abi.PROG_CGROUP)
+        if self._memory_now_name is None:
+            v2 = os.path.exists(os.path.join(prog, "memory.max"))
+            peak = "memory.peak" if v2 else "memory.max_usage_in_bytes"
+            keeps_peak = not self.sample_memory and os.path.exists(os.path.join(prog, peak))
+            self._memory_now_name = ("" if keeps_peak else
+                                     "memory.current" if v2 else "memory.usage_in_bytes")
+        return os.path.join(prog, self._memory_now_name) if self._memory_now_name else None
 
     def _plan_for_run(self, limits: Limits, cgroup_dir: str | None, memory_dir: str | None,
                       host_id: int | None, cpu_dir: str | None = None,
@@ -630,7 +714,8 @@ class LinuxBackend:
         stage = (encode_plan(plan), "{report_fd}", "--", *adapter_argv)
         return LinuxJail(Command(argv=(*launch, "helper", *stage), env=env, cwd=jail_dir),
                          jail_dir, tuple(paths), memory_dir, lease, stage=stage, limits=limits,
-                         cpu_cgroup=cpu_dir, in_process=in_process)
+                         cpu_cgroup=cpu_dir, in_process=in_process,
+                         memory_now=self._memory_now(memory_dir))
 
     def fork_server(self, mode: str) -> ForkServer:
         """A fork server for a pool of `mode` (`trunner.linux.forkclient`),

@@ -13,6 +13,7 @@ replaced by placeholders: what is hashed is exactly what is enforced.
 
 from __future__ import annotations
 
+import fnmatch
 import marshal
 import math
 import os
@@ -24,6 +25,7 @@ import msgspec
 from trunner.kernel import abi
 from trunner.limits import AUTO, AUTO_ADDRESS_SPACE_BYTES, file_size_for
 from trunner.linux import landlock, seccomp
+from trunner.linux.binds import shadow_refusal
 from trunner.linux.ids import DEFAULT_RANGE
 from trunner.linux.profile import PYTHON_PATHS, TRUNNER_PATH, JailProfile
 
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
     from trunner.jail import HostSupport
     from trunner.limits import Limits
+    from trunner.linux.binds import HostBind
     from trunner.linux.probe import HostPaths
 
 #: Placeholders for per-run values in the hashed plan.
@@ -60,14 +63,21 @@ HOSTNAME: Final = "trunner"
 #: (bubblewrap's base path): an existing host dir, hidden only from the jail.
 STAGING: Final = "/tmp"
 #: What the jail's /etc holds of the host's, when the host has it: the
-#: loader's cache, time zone, name-service and TLS configuration. Never
-#: /etc whole: no shadow, no ssh keys, no host passwd.
+#: loader's cache, time zone, name-service and TLS configuration, and
+#: OpenJDK's conf (its conf/security/java.security links there: javac,
+#: `java Main.java` and SecureRandom need it; Debian's and Ubuntu's
+#: /etc/java-17-openjdk, Fedora's /etc/java/java-17-openjdk). Of /etc/ssl
+#: only the certificates and openssl.cnf: never its private/ (keys, group
+#: ssl-cert). Never /etc whole: no shadow, no ssh keys, no host passwd. A
+#: `*` matches within one name (`probe.snapshot` expands it on the host).
 ETC_FILES: Final = (
     "/etc/alternatives", "/etc/ca-certificates", "/etc/ca-certificates.conf",
     "/etc/crypto-policies",
-    "/etc/gai.conf", "/etc/host.conf", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+    "/etc/gai.conf", "/etc/host.conf", "/etc/java-*-openjdk", "/etc/java/java-*-openjdk",
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
     "/etc/localtime", "/etc/mime.types", "/etc/networks", "/etc/nsswitch.conf", "/etc/os-release",
-    "/etc/pki", "/etc/protocols", "/etc/services", "/etc/ssl", "/etc/timezone",
+    "/etc/pki", "/etc/protocols", "/etc/services", "/etc/ssl/certs", "/etc/ssl/openssl.cnf",
+    "/etc/timezone",
 )
 #: Device nodes bound from the host's /dev (bubblewrap's `--dev` list).
 DEV_NODES: Final = ("full", "null", "random", "tty", "urandom", "zero")
@@ -136,11 +146,15 @@ class MemoryCgroup(_Item, frozen=True, tag="memory_cgroup", tag_field="kind"):
     leaf (the program) is bounded by `bytes`, and on cgroup v1 its socket
     buffers by `socket_bytes` besides (`memory.kmem.tcp.limit_in_bytes`, a
     counter of its own: TCP and UDP alike; on v2 they count in `bytes`).
-    The run's whole cgroup is bounded by the parent (`run_bound`)."""
+    The run's whole cgroup is bounded by the parent (`run_bound`). With
+    `peak`, the helper hands the exec adapter `prog`'s peak file where the
+    kernel keeps one; without (cgroup v2 before 5.19 has none; tests plan
+    that on any kernel), the parent samples `prog`'s current memory."""
 
     cgroup: str
     bytes: int
     socket_bytes: int
+    peak: bool = True
 
 
 class NoMemoryCgroup(_Item, frozen=True, tag="none", tag_field="kind"):
@@ -484,10 +498,39 @@ def environment(names: Sequence[str], import_paths: Sequence[str] = ()) -> dict[
     return env
 
 
-def profile_paths(profile: JailProfile, import_paths: Sequence[str] = ()) -> list[str]:
-    """Every host path a plan for `profile` may look at (`probe.snapshot`)."""
+def profile_paths(profile: JailProfile, import_paths: Sequence[str] = (),
+                  etc: Sequence[str] = ()) -> list[str]:
+    """Every host path a plan for `profile` may look at (`probe.snapshot`;
+    a `*` in an /etc pattern is expanded there)."""
     named = [*profile.read_exec, *profile.read_only, *profile.read_write, *import_paths]
-    return [p for p in named if p not in (PYTHON_PATHS, TRUNNER_PATH)] + list(ETC_FILES)
+    return [p for p in named if p not in (PYTHON_PATHS, TRUNNER_PATH)] + [*ETC_FILES, *etc]
+
+
+def etc_paths(host: HostPaths, etc: Sequence[str] = ()) -> list[str]:
+    """The host's /etc entries the jail holds: `ETC_FILES` (patterns
+    matched within one name) and the caller's `etc`, those the host has,
+    the outermost of nested ones."""
+    found: list[str] = []
+    for pattern in (*ETC_FILES, *etc):
+        depth = pattern.count("/")
+        found += [path for path, entry in host.entries.items()
+                  if entry.kind != "missing" and path.count("/") == depth
+                  and fnmatch.fnmatchcase(path, pattern)]
+    return _outermost(found)
+
+
+def built_paths() -> tuple[str, ...]:
+    """The paths the jail makes itself: no bind may hold or land in them."""
+    return (*_BUILT, CGROUP_VIEW_DIR)
+
+
+def bind_refusal(binds: Sequence[HostBind], profile: JailProfile, host: HostPaths,
+                 import_paths: Sequence[str] = ()) -> str | None:
+    """Why the caller's `binds` cannot be planned with `profile` on `host`
+    (`binds.shadow_refusal`), or None."""
+    named = [*profile.read_exec, *profile.read_only, *profile.read_write]
+    bound = [p for p in resolve_paths(named, host) if not _is_built(p)]
+    return shadow_refusal(binds, built_paths(), [*bound, *import_paths])
 
 
 def resolve_paths(paths: Sequence[str], host: HostPaths) -> list[str]:
@@ -550,12 +593,15 @@ def cgroup_views(host: HostSupport) -> tuple[tuple[CgroupView, ...], tuple[RootO
     return tuple(views), tuple(ops)
 
 
-def root_ops(binds: Sequence[str], host: HostPaths) -> tuple[RootOp, ...]:
+def root_ops(binds: Sequence[str], host: HostPaths, *, moved: Sequence[HostBind] = (),
+             etc: Sequence[str] = ()) -> tuple[RootOp, ...]:
     """The operations that build the jail's root: scratch dirs first (binds
     may land inside /tmp), then read-only binds of `binds` (host paths; a
-    symlink such as /bin -> usr/bin is recreated, its target bound), the
-    short /etc, the synthesized identity files, /dev and the host's /proc
-    (pid 2 mounts the jail's own over it: `PROC_OPS`)."""
+    symlink such as /bin -> usr/bin is recreated, its target bound) and of
+    `moved` ((host dir, target) pairs), the short /etc (`etc_paths`; a
+    symlink recreated, never followed), the synthesized identity files,
+    /dev and the host's /proc (pid 2 mounts the jail's own over it:
+    `PROC_OPS`)."""
     ops: list[RootOp] = [
         Scratch(name="work", path=WORKDIR, mode=0o700),
         Scratch(name="tmp", path="/tmp", mode=0o1777),
@@ -573,13 +619,14 @@ def root_ops(binds: Sequence[str], host: HostPaths) -> tuple[RootOp, ...]:
     # The package is bound on its own even inside the interpreter's prefix (a
     # wheel in a venv), as in an editable checkout: the same rules version.
     ops += [Bind(source=path, path=path) for path in _outermost(real, keep=host.package)]
+    ops += [Bind(source=source, path=target) for source, target in sorted(moved)]
     ops += links
     ops.append(Dir(path="/etc", mode=0o755))
-    for path in ETC_FILES:
-        entry = host.entries.get(path)
-        if entry is not None and entry.kind == "symlink":
+    for path in etc_paths(host, etc):
+        entry = host.entries[path]
+        if entry.kind == "symlink":
             ops.append(Symlink(target=entry.target, path=path))
-        elif host.kind(path) != "missing":
+        else:
             ops.append(Bind(source=path, path=path))
     passwd, group = _identity()
     ops += [
@@ -614,6 +661,8 @@ def plan_jail(
     profile: JailProfile,
     *,
     import_paths: Sequence[str] = (),
+    binds: Sequence[HostBind] = (),
+    etc: Sequence[str] = (),
     cgroup: str = CGROUP,
     memory_cgroup: str = MEMORY_CGROUP,
     cpu_cgroup: str = CPU_CGROUP,
@@ -622,6 +671,7 @@ def plan_jail(
     unsafe_skip: Sequence[str] = (),
     host_id: int | None = None,
     seccomp_bpf: bytes | None = None,
+    sample_memory: bool = False,
 ) -> HelperPlan:
     """The helper plan for one run, from what is passed in only. `cgroup`
     and `memory_cgroup` are the run's cgroups where the host's process
@@ -629,12 +679,15 @@ def plan_jail(
     root caller's jail runs as (anyone else's runs as its caller); None
     plans with the first of `ids.DEFAULT_RANGE` (the rules version hashes
     a placeholder for it). `seccomp_bpf` is `seccomp_policy_for(profile,
-    host)` compiled (by default, here).
+    host)` compiled (by default, here). `binds`: the caller's (host dir,
+    target) pairs (`binds.parse_binds`), read+exec at their target; `etc`:
+    the caller's /etc entries beside `ETC_FILES`.
 
     Raises:
         ValueError: the host has no process-limit mechanism, a namespace or
-            a skipped layer is unknown, or the Landlock ABI is too old (for
-            a profile sharing the host network: `landlock.HOST_NETWORK_FEATURES`).
+            a skipped layer is unknown, the Landlock ABI is too old (for
+            a profile sharing the host network: `landlock.HOST_NETWORK_FEATURES`),
+            or a bind would shadow the jail's paths (`bind_refusal`).
     """
     limit = host.process_limit
     if limit is None:
@@ -657,7 +710,7 @@ def plan_jail(
     memory: MemoryPlan = NoMemoryCgroup()
     if host.memory_cgroup_base:
         memory = MemoryCgroup(cgroup=memory_cgroup, bytes=limits.memory_bytes,
-                              socket_bytes=limits.memory_bytes)
+                              socket_bytes=limits.memory_bytes, peak=not sample_memory)
     cpu: CpuPlan = NoCpuCgroup()
     if host.cpu_cgroup_base:
         cpu = CpuCgroup(cgroup=cpu_cgroup,
@@ -673,19 +726,24 @@ def plan_jail(
     unknown = sorted(set(unsafe_skip) - set(abi.SKIPPABLE))
     if unknown:
         raise ValueError(f"cannot skip {unknown}")
+    refusal = bind_refusal(binds, profile, paths, import_paths)
+    if refusal is not None:
+        raise ValueError(refusal)
     ll_abi = min(host.landlock_abi if landlock_abi is None else landlock_abi, landlock.KNOWN_ABI)
-    read_exec = resolve_paths(profile.read_exec, paths)
+    read_exec = [*resolve_paths(profile.read_exec, paths), *(target for _, target in binds)]
     read_only = [*resolve_paths(profile.read_only, paths), *import_paths]
     views, view_dirs = cgroup_views(host)
     if views:
         read_only.append(CGROUP_VIEW_DIR)
-    binds_ro = [p for p in [*read_exec, *read_only] if not _is_built(p)]
+    moved = [(source, target) for source, target in binds if source != target]
+    binds_ro = [p for p in [*read_exec, *read_only]
+                if not _is_built(p) and p not in {t for _, t in moved}]
     if TRUNNER_PATH in profile.read_exec:
         # Its parent, on sys.path, must be listable; in the jail it holds
         # only mount points (the package, a venv), never the checkout.
         read_only.append(os.path.dirname(paths.package))
     read_write = [WORKDIR, "/tmp", "/dev/shm", *resolve_paths(profile.read_write, paths)]
-    binds = [*binds_ro, *(p for p in read_write if not _is_built(p))]
+    same_path = [*binds_ro, *(p for p in read_write if not _is_built(p))]
     # Landlock stays on top of the binds, on the paths as the jail sees them.
     ruleset = landlock.plan_ruleset(
         ll_abi,
@@ -720,7 +778,7 @@ def plan_jail(
         gid=gid,
         jail_id=JAIL_ID,
         loopback=abi.LOOPBACK_UP if flags & abi.CLONE_NEWNET else abi.LOOPBACK_HOST,
-        root_ops=(*root_ops(binds, paths), *view_dirs),
+        root_ops=(*root_ops(same_path, paths, moved=moved, etc=etc), *view_dirs),
         proc_ops=(*PROC_OPS, *views),
         scratch=ScratchSize(bytes=limits.scratch_bytes,
                             inodes=max(1024, limits.scratch_bytes // 4096)),

@@ -9,6 +9,7 @@ what it probed. (`doctor.py` says what holds here, for `trunner doctor`.)
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 from typing import TYPE_CHECKING, Literal
@@ -242,9 +243,12 @@ def _entry(path: str) -> PathEntry:
 
 def snapshot(paths: Iterable[str]) -> HostPaths:
     """The host facts for a plan naming `paths` (trunner's and the
-    interpreter's own paths are added)."""
+    interpreter's own paths are added; a path with a `*` is a pattern,
+    the host's matches are added)."""
     python, package = python_paths(), package_dir()
     beside = beside_dirs(python)
-    every = {*paths, *python, package, *beside}
+    every = {*python, package, *beside}
+    for path in paths:
+        every.update(glob.glob(path) if "*" in path else (path,))
     return HostPaths(python=python, package=package, trunner_dir=trunner_dir(), beside=beside,
                      entries={path: _entry(path) for path in sorted(every)})

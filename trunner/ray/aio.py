@@ -88,16 +88,18 @@ class AsyncioPool:
             await asyncio.shield(asyncio.to_thread(cluster.close_all, closing))
 
     async def run(
-        self, request: object = None, *, response_type: Any = Any  # noqa: ANN401  a msgspec type form
+        self, request: object = None, *, response_type: Any = Any,  # noqa: ANN401  a msgspec type form
+        limits: Limits | None = None,
     ) -> Result[Any]:
-        return await self._call(self._router.run_call(request), response_type)
+        return await self._call(self._router.run_call(request, limits), response_type)
 
     async def exec(
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
-        env: Mapping[str, str] | None = None, capture_on_failure: bool = False,
+        env: Mapping[str, str] | None = None, limits: Limits | None = None,
+        capture_on_failure: bool = False,
     ) -> Result[ExecResult]:
-        call = self._router.exec_call(argv, stdin, files, collect, env,
+        call = self._router.exec_call(argv, stdin, files, collect, env, limits,
                                       capture_on_failure=capture_on_failure)
         result: Result[ExecResult] = await self._call(call, ExecResult)
         return result
@@ -122,7 +124,7 @@ class AsyncioPool:
             finally:
                 self._router.release(node)
                 self._notify()
-            return self._router.result(node, data, response_type)
+            return self._router.result(node, data, response_type, call.limits)
 
     async def _ask(self, node: router.Node, call_id: str, payload: bytes) -> bytes:
         ref = node.actor.call.remote(payload)

@@ -130,19 +130,24 @@ class ClusterPool:
         return out
 
     async def run(
-        self, request: object = None, *, response_type: Any = Any  # noqa: ANN401  a msgspec type form
+        self, request: object = None, *, response_type: Any = Any,  # noqa: ANN401  a msgspec type form
+        limits: Limits | None = None,
     ) -> Result[Any]:
-        """`Runner.run` of the pool's mode on some node: the same verdict."""
-        return await self._call(self._router.run_call(request), response_type)
+        """`Runner.run` of the pool's mode on some node: the same verdict.
+        With `limits` other than the pool's, in a jail started for the call
+        on its node (docs/ray.md): under those limits' rules version."""
+        return await self._call(self._router.run_call(request, limits), response_type)
 
     async def exec(
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
-        env: Mapping[str, str] | None = None, capture_on_failure: bool = False,
+        env: Mapping[str, str] | None = None, limits: Limits | None = None,
+        capture_on_failure: bool = False,
     ) -> Result[ExecResult]:
         """`Runner.exec` on some node: the same checks (here, before any
-        node is asked), caps and verdict, and `capture_on_failure` alike."""
-        call = self._router.exec_call(argv, stdin, files, collect, env,
+        node is asked), caps and verdict; with `limits` as `run`'s, and
+        `capture_on_failure` alike."""
+        call = self._router.exec_call(argv, stdin, files, collect, env, limits,
                                       capture_on_failure=capture_on_failure)
         result: Result[ExecResult] = await self._call(call, ExecResult)
         return result
@@ -167,7 +172,7 @@ class ClusterPool:
             finally:
                 self._router.release(node)
                 self._notify()
-            return self._router.result(node, data, response_type)
+            return self._router.result(node, data, response_type, call.limits)
 
     async def _ask(self, node: router.Node, call_id: str, payload: bytes) -> bytes:
         ref = node.actor.call.remote(payload)

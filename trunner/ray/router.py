@@ -96,6 +96,9 @@ class Router:
         #: Nodes whose actor started with other rules, or failed to start: id -> why.
         self.refused: dict[str, str] = {}
         self.rules_version = ""
+        #: Calls' own limits: the rules version the first reply under them
+        #: gave, which every other reply under them must give.
+        self.versions: dict[Limits, str] = {}
         #: Between `opened` and `close`.
         self.is_open = False
         #: Nodes being pinged (`Ping`) and being started (`found`), until their outcome.
@@ -126,32 +129,48 @@ class Router:
         self._count += 1
         return f"{self._prefix}-{self._count}"
 
-    def run_call(self, request: object) -> wire.RunCall:
-        """A `run()` call of the pool's mode.
+    def run_call(self, request: object, limits: Limits | None = None) -> wire.RunCall:
+        """A `run()` call of the pool's mode, with its own `limits` (None,
+        or equal to the pool's: the pool's).
 
         Raises:
             RunnerError: `bad_request` if msgspec cannot encode `request`.
         """
         if self.spec.mode == "exec":
             raise RuntimeError("an exec pool serves `pool.exec(argv, ...)`, not `pool.run`")
-        return wire.RunCall(id=self.call_id(), request=wire.raw(request))
+        own = self.own_limits(limits)
+        return wire.RunCall(id=self.call_id(), request=wire.raw(request), limits=own)
 
     def exec_call(self, argv: Sequence[str], stdin: bytes,
                   files: Mapping[str, bytes | ExecFile] | None, collect: Sequence[str],
-                  env: Mapping[str, str] | None, *,
+                  env: Mapping[str, str] | None, limits: Limits | None = None, *,
                   capture_on_failure: bool = False) -> wire.ExecCall:
-        """An `exec` call, checked here as `Runner.exec` checks it, before
-        any node is asked.
+        """An `exec` call, checked here as `Runner.exec` checks it (under
+        its own `limits`, if any), before any node is asked.
 
         Raises:
             RunnerError: `bad_request`.
         """
         if self.spec.mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
-        request, _ = exec_checks.exec_request(argv, stdin, files, collect, self.spec.limits, env)
+        own = self.own_limits(limits)
+        request, _ = exec_checks.exec_request(argv, stdin, files, collect,
+                                              self.spec.limits if own is None else own, env)
         return wire.ExecCall(id=self.call_id(), argv=request.argv, stdin=request.stdin,
                              files=request.files, collect=request.collect, env=request.env,
-                             capture_on_failure=capture_on_failure)
+                             limits=own, capture_on_failure=capture_on_failure)
+
+    def own_limits(self, limits: Limits | None) -> Limits | None:
+        """A call's limits as they cross: None for the pool's (or equal ones).
+
+        Raises:
+            TypeError: not a `trunner.Limits`.
+        """
+        if limits is None or limits == self.spec.limits:
+            return None
+        if not isinstance(limits, Limits):
+            raise TypeError("limits must be a trunner.Limits")
+        return limits
 
     def admit(self, tried: frozenset[str] = frozenset()) -> Node | None:
         """The node a call goes to now: the live one with the fewest calls
@@ -207,10 +226,14 @@ class Router:
                 f" ({type(e).__name__}): the run may or may not have executed")
         return RunnerError(Reason.INTERNAL_ERROR, f"node {node.id}: {type(e).__name__}: {e}")
 
-    def result(self, node: Node, data: bytes, response_type: Any) -> Result[Any]:  # noqa: ANN401
-        """A node's reply as the caller's `Result`, or its `RunnerError`.
-        A reply under other rules than the pool's is refused, and so is
-        the node from then on.
+    def result(self, node: Node, data: bytes, response_type: Any,  # noqa: ANN401
+               limits: Limits | None = None) -> Result[Any]:
+        """A node's reply to a call (its own `limits` as the call carried
+        them: None for the pool's) as the caller's `Result`, or its
+        `RunnerError`. A reply under other rules than the pool's is refused,
+        and so is the node from then on; with limits of the call's own, under
+        other rules than the first reply under those limits (nodes that agree
+        on the pool's rules agree on any limits').
 
         Raises:
             RunnerError: the node's own, rebuilt; `sandbox_setup` for other
@@ -219,12 +242,17 @@ class Router:
         reply = wire.decode_reply(data)
         if isinstance(reply, wire.Failure):
             raise wire.error_of(reply)
-        if reply.rules_version != self.rules_version:
+        if limits is None:
+            expected, whose = self.rules_version, "the pool's"
+        else:
+            expected = self.versions.setdefault(limits, reply.rules_version)
+            whose = "the first node's under the call's limits,"
+        if reply.rules_version != expected:
             node.state = "dead"
             self.refused[node.id] = f"served under rules version {reply.rules_version}"
             raise RunnerError(Reason.SANDBOX_SETUP,
                               f"node {node.id} served under rules version"
-                              f" {reply.rules_version}, not the pool's {self.rules_version}")
+                              f" {reply.rules_version}, not {whose} {expected}")
         return Result(wire.response_of(reply, response_type), reply.rules_version, reply.usage)
 
     # -- the watch ------------------------------------------------------------------

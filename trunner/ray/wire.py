@@ -3,7 +3,9 @@ trunner's own structs, never cloudpickle.
 
 Sans-IO: imports neither ray nor trio. A call is one `RunCall` or one
 `ExecCall` (a tagged union: the tag says which, never which fields are
-set); its answer is one `Success` (the response kept as raw msgpack,
+set), each with the call's own `limits` or None for the pool's (a call
+from before them, without the field, decodes as the pool's); its answer
+is one `Success` (the response kept as raw msgpack,
 decoded on the driver with the caller's `response_type`) or one `Failure`
 (a `RunnerError`, field for field). Tags are explicit, so renaming a class
 cannot change the wire.
@@ -14,6 +16,7 @@ from typing import Any
 import msgspec
 
 from trunner.errors import Reason, RunnerError
+from trunner.limits import Limits
 from trunner.output import CapturedOutput
 from trunner.protocol import ExecFile, Usage
 
@@ -25,6 +28,8 @@ class RunCall(msgspec.Struct, tag="run", frozen=True, kw_only=True):
 
     id: str
     request: msgspec.Raw = _NIL
+    #: The call's own limits (`pool.run(..., limits=)`); None: the pool's.
+    limits: Limits | None = None
 
 
 class ExecCall(msgspec.Struct, tag="exec", frozen=True, kw_only=True):
@@ -36,6 +41,8 @@ class ExecCall(msgspec.Struct, tag="exec", frozen=True, kw_only=True):
     files: dict[str, ExecFile] = {}
     collect: list[str] = []
     env: dict[str, str] = {}
+    #: The call's own limits (`pool.exec(..., limits=)`); None: the pool's.
+    limits: Limits | None = None
     #: `exec(..., capture_on_failure=True)`: a limit's failure carries the
     #: program's output (`Failure.output`). Absent in older calls: off.
     capture_on_failure: bool = False

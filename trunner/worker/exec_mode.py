@@ -34,6 +34,7 @@ import time
 
 from trunner.kernel._kernel import NR, syscall
 from trunner.kernel.abi import (
+    ADAPTER_PID,
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
     S_IFDIR,
@@ -190,6 +191,7 @@ def run_exec(body: object) -> dict[str, object]:
     reports `stdout_cap` / `stderr_cap`, never the output. Collected files
     share what is left of the stdout cap, with the same rule (`collect`).
     """
+    _refuse_outside_a_jail()
     request = Request(body)
     place(request.files)
     _prepare(request.collect)
@@ -412,11 +414,21 @@ def _drain_rest(caps: dict[int, int], bufs: dict[int, bytearray], *, past_cap: b
             posix.close(fd)
 
 
+def _refuse_outside_a_jail() -> None:
+    """This adapter ends its program's tree with kill(-1): run by hand on a
+    host, as root, that would kill every process the caller may signal. It
+    serves only as pid 2 of a jail's own PID namespace."""
+    if posix.getpid() != ADAPTER_PID:
+        raise SystemExit(f"trunner exec adapter: pid {posix.getpid()}, not {ADAPTER_PID}:"
+                         " it runs only inside a trunner jail")
+
+
 def _kill_tree(pid: int) -> None:
     """SIGKILL the program's whole tree: every process of this PID namespace
     but pid 1 and this adapter (kill(-1) skips both), whatever group or
     session it left for. `pid`, its leader, stays ours to reap."""
     del pid
+    _refuse_outside_a_jail()
     try:  # noqa: SIM105  contextlib is one more import for the adapter
         posix.kill(-1, SIGKILL)
     except ProcessLookupError:
