@@ -191,3 +191,26 @@ def test_the_cli_prints_it_under_its_own_key() -> None:
                                      "stdout_truncated": False, "stderr_truncated": False}
         else:
             assert "output" not in out
+
+
+async def test_a_pool_call_carries_it_on_a_prewarmed_worker_and_with_its_own_limits(
+    runner: Runner,
+) -> None:
+    """`pool.exec(..., capture_on_failure=True)`: on a prewarmed worker (the
+    pool's limits) and on a jail started for a call's own limits alike."""
+    tight = runner.limits.replace(wall_time_s=scaled(1))
+    async with runner.pool("exec", size=1, limits=tight) as pool:
+        with pytest.raises(RunnerError) as info:
+            await pool.exec(PROGRESS, capture_on_failure=True)
+        assert info.value.reason is Reason.TIMEOUT
+        assert info.value.output == CapturedOutput(stdout=b"progress-line\n",
+                                                   stderr=b"to-stderr\n")
+        with pytest.raises(RunnerError) as info:
+            await pool.exec(["sh", "-c", "echo spinning; while :; do :; done"],
+                            limits=runner.limits.replace(cpu_time_s=0.3),
+                            capture_on_failure=True)
+        assert info.value.reason is Reason.CPU_TIME
+        assert info.value.output == CapturedOutput(stdout=b"spinning\n", stderr=b"")
+        with pytest.raises(RunnerError) as info:
+            await pool.exec(PROGRESS)
+        assert info.value.output is None
