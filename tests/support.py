@@ -84,9 +84,11 @@ class PooledRunner(Runner):  # type: ignore[misc]  # Runner is final to callers;
         collect: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         limits: Limits | None = None,
+        capture_on_failure: bool = False,
     ) -> Result[ExecResult]:
         async with self.pool("exec", size=1, limits=limits) as pool:
-            return await pool.exec(argv, stdin=stdin, files=files, collect=collect, env=env)
+            return await pool.exec(argv, stdin=stdin, files=files, collect=collect, env=env,
+                                   capture_on_failure=capture_on_failure)
 
 # Prelude for child snippets: `attempt(fn)` returns the errno name or "OK:<value>";
 # `syscall(nr, *args)` makes a raw syscall and answers the same way.
@@ -113,8 +115,10 @@ OUTPUT_NAMES = frozenset({"response", "result", "stdout", "stderr", "output"})
 
 
 def assert_carries_no_output(e: RunnerError) -> None:
-    """A `RunnerError` holds its reason and a one-line detail, never output bytes."""
-    fields = vars(e)
+    """A `RunnerError` holds its reason and a one-line detail, never output
+    bytes: its `output` is None (only `capture_on_failure` fills it)."""
+    fields = dict(vars(e))
+    assert fields.pop("output", None) is None, fields
     assert not OUTPUT_NAMES & set(fields), fields
     values = [*fields.values(), *e.args]
     assert not any(isinstance(v, (bytes, bytearray, memoryview)) for v in values), values

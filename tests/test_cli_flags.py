@@ -76,7 +76,8 @@ def test_every_limits_field_has_a_flag_with_its_name(capsys: pytest.CaptureFixtu
 
 def _value(field: str) -> object:
     """A valid value for `field` other than its default."""
-    value = {"address_space_bytes": 2 << 30, "wall_time_s": 7.5}.get(field)
+    value = {"address_space_bytes": 2 << 30, "wall_time_s": 7.5,
+             "file_size_bytes": 100 << 20}.get(field)
     if value is None:
         default = getattr(Limits(), field)
         value = default * 2 if isinstance(default, int) else default + 1

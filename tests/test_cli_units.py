@@ -142,6 +142,7 @@ def test_parse_limit_reads_the_unit_of_the_name() -> None:
     (["--memory-bytes", "256MB"], Limits(memory_bytes=256_000_000)),
     (["--memory", "6G"], Limits(address_space_bytes=6 * GiB)),
     (["--memory", "auto"], Limits(address_space_bytes="auto")),
+    (["--file-size-bytes", "1G", "--file-size-bytes", "auto"], Limits(file_size_bytes="auto")),
     (["--stdout-cap", "1K", "--stderr-max-bytes", "2k"],
      Limits(stdout_max_bytes=1024, stderr_max_bytes=2048)),
     (["--scratch-bytes", "1G", "--file-size-bytes", "512M"],

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from trunner import (
 )
 from trunner.protocol import (
     EXEC_COLLECT_MAX_FILES,
+    EXEC_COLLECT_MAX_PATTERNS,
     EXEC_INPUT_MAX_BYTES,
     EXEC_INPUT_MAX_FILES,
     EXEC_PATH_MAX_BYTES,
@@ -229,15 +231,27 @@ def test_collect_walks_deeper_than_the_recursion_limit(
                 os.rmdir(d)
 
 
-async def test_more_matches_than_the_bound_fail_with_stdout_cap(runner: Runner) -> None:
+async def test_more_matches_than_the_bound_fail_with_too_many_files(runner: Runner) -> None:
+    """Past the file-count bound the run fails with a reason of its own, never
+    `stdout_cap`, whatever the files' size (issue 35: 1025 empty files were
+    `stdout_cap`); at the bound, every file comes back."""
+    assert EXEC_COLLECT_MAX_FILES == 10_000
     code = f"for i in range({EXEC_COLLECT_MAX_FILES + 1}): open(f'f{{i}}', 'w').close()"
     with pytest.raises(RunnerError) as info:
         await runner.exec(py(code), collect=["f*"])
-    assert info.value.reason is Reason.STDOUT_CAP
+    assert info.value.reason is Reason.TOO_MANY_FILES
     assert f"more than {EXEC_COLLECT_MAX_FILES} files" in info.value.detail
-    code = f"for i in range({EXEC_COLLECT_MAX_FILES}): open(f'f{{i}}', 'w').close()"
+    assert info.value.usage is not None
+    # Files whose bytes together are past the stdout cap: the count still decides.
+    code = (f"for i in range({EXEC_COLLECT_MAX_FILES + 1}):"
+            f" open(f'f{{i}}', 'w').write('x' * 200)")
+    with pytest.raises(RunnerError) as info:
+        await runner.exec(py(code), collect=["f*"])
+    assert info.value.reason is Reason.TOO_MANY_FILES
+    code = f"for i in range({EXEC_COLLECT_MAX_FILES}): open(f'f{{i}}', 'w').write(str(i))"
     done = (await runner.exec(py(code), collect=["f*"])).response
     assert len(done.files) == EXEC_COLLECT_MAX_FILES
+    assert {f.path: f.data for f in done.files}["f9999"] == b"9999"
 
 
 # -- the exact cap edge --------------------------------------------------------------
@@ -333,8 +347,10 @@ REFUSALS: list[tuple[str, dict[str, Any], str]] = [
     ("pattern-empty", {"collect": [""]}, "empty"),
     ("pattern-duplicate", {"collect": ["*.txt", "./*.txt"]}, "twice"),
     ("pattern-str", {"collect": "a.out"}, "not one str"),
-    ("too-many-patterns", {"collect": [f"p{i}" for i in range(EXEC_COLLECT_MAX_FILES + 1)]},
+    ("too-many-patterns", {"collect": [f"p{i}" for i in range(EXEC_COLLECT_MAX_PATTERNS + 1)]},
      "over the bound"),
+    ("over-fsize-auto", {"files": {"a": b"x" * ((1 << 20) + (64 << 10) + 1)},
+                         "limits": Limits(scratch_bytes=1 << 20)}, "file_size_bytes"),
 ]
 
 
@@ -509,3 +525,32 @@ def test_exec_out_never_writes_through_a_symlink(tmp_path: Path, planted: str) -
         in str(out["detail"]), out
     assert (victim / "x.txt").read_bytes() == b"precious\n"
     assert sorted(p.name for p in victim.iterdir()) == ["x.txt"]
+
+
+# -- file_size_bytes follows the scratch ---------------------------------------------
+
+_FILL = "head -c {n} /dev/zero > big; echo $?; wc -c < big"
+
+
+async def test_a_file_may_fill_the_scratch_by_default(runner: Runner) -> None:
+    """`file_size_bytes` "auto" is the scratch's size: a 100 MB temp file is
+    written whole under the default 256 MiB scratch (issue 35: it failed
+    EFBIG at the old 64 MiB default, as root and not)."""
+    done = (await runner.exec(["sh", "-c", _FILL.format(n=100_000_000)])).response
+    assert (done.stdout, done.stderr) == (b"0\n100000000\n", b"")
+
+
+async def test_no_file_grows_past_the_scratch(runner: Runner) -> None:
+    """Past the scratch the write still fails, with the full tmpfs's ENOSPC
+    ("auto" is a page's rounding past the scratch, so RLIMIT_FSIZE never
+    comes first), the file at most the scratch; a `file_size_bytes` given
+    below it still holds (SIGXFSZ kills `head`: 128 + 25)."""
+    scratch = 8 << 20
+    limits = runner.limits.replace(scratch_bytes=scratch)
+    done = (await runner.exec(["sh", "-c", _FILL.format(n=2 * scratch)], limits=limits)).response
+    assert done.stdout.split()[0] == b"1", done
+    assert int(done.stdout.split()[1]) <= scratch, done
+    assert b"No space left on device" in done.stderr, done
+    limits = limits.replace(file_size_bytes=scratch // 2)
+    done = (await runner.exec(["sh", "-c", _FILL.format(n=2 * scratch)], limits=limits)).response
+    assert done.stdout == f"{128 + signal.SIGXFSZ}\n{scratch // 2}\n".encode(), done

@@ -8,7 +8,13 @@ import msgspec
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from trunner.limits import AUTO_ADDRESS_SPACE_BYTES, PRESETS, Limits
+from trunner.limits import (
+    AUTO_ADDRESS_SPACE_BYTES,
+    AUTO_FILE_SIZE_SLACK_BYTES,
+    PRESETS,
+    Limits,
+    file_size_for,
+)
 
 
 def test_defaults_and_presets_are_valid() -> None:
@@ -22,8 +28,10 @@ def test_defaults_and_presets_are_valid() -> None:
         assert Limits.from_mapping(fields) == preset, name
         # address_space_bytes: "auto" is compared where a number is the bound
         # (no memory cgroup: AUTO_ADDRESS_SPACE_BYTES); with one, "auto" sets none.
+        # file_size_bytes: "auto" is the scratch's size.
         fields, base = (
-            {f: AUTO_ADDRESS_SPACE_BYTES if v == "auto" else v for f, v in d.items()}
+            {**{f: AUTO_ADDRESS_SPACE_BYTES if v == "auto" else v for f, v in d.items()},
+             "file_size_bytes": file_size_for(Limits.from_mapping(d))}
             for d in (fields, default))
         if name == "quick":  # "tight everything"
             assert all(fields[f] <= base[f] for f in fields), fields
@@ -55,6 +63,23 @@ def test_unknown_field_is_refused() -> None:
         Limits.from_mapping({"wall_time": 3})
     with pytest.raises(TypeError):
         Limits(10.0)  # type: ignore[call-arg]  # keyword-only
+
+
+def test_file_size_follows_the_scratch_unless_given() -> None:
+    """file_size_bytes "auto" (the default) is the scratch's size, whatever
+    that is, `replace` included, and a page's rounding more (a full scratch
+    says ENOSPC); a number given holds."""
+    slack = AUTO_FILE_SIZE_SLACK_BYTES
+    assert slack == 64 << 10
+    assert Limits().file_size_bytes == "auto"
+    assert Limits().scratch_bytes == 256 << 20
+    assert file_size_for(Limits()) == (256 << 20) + slack
+    assert file_size_for(Limits(scratch_bytes=1 << 30)) == (1 << 30) + slack
+    assert file_size_for(Limits().replace(scratch_bytes=8 << 20)) == (8 << 20) + slack
+    assert file_size_for(Limits(file_size_bytes=1 << 20, scratch_bytes=1 << 30)) == 1 << 20
+    assert file_size_for(Limits.from_mapping({"file_size_bytes": "auto"})) == (256 << 20) + slack
+    with pytest.raises(ValueError, match="file_size_bytes"):
+        Limits.from_mapping({"file_size_bytes": "scratch"})
 
 
 def test_frozen_and_replace_validates() -> None:

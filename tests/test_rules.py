@@ -20,7 +20,7 @@ import pytest
 from conftest import TESTS_DIR, child_pids, landlock_abi_in_force, make_runner
 from support import plan_for, run_code, scaled
 from trunner import Limits, Reason, Runner, RunnerError, provider_profile_template_blake3
-from trunner.limits import AUTO_ADDRESS_SPACE_BYTES
+from trunner.limits import AUTO_ADDRESS_SPACE_BYTES, AUTO_FILE_SIZE_SLACK_BYTES, file_size_for
 from trunner.linux import landlock
 from trunner.linux.backend import LinuxBackend
 from trunner.linux.probe import probe_host
@@ -31,9 +31,10 @@ from trunner.rules import digest
 #: The default profile's version with default Limits on the CI host
 #: (x86_64, Landlock ABI 7, root with a pids, a memory and a cpuacct cgroup and cpu and cpuset
 #: cgroups for the view, no import paths;
-#: address_space_bytes "auto" resolved to no RLIMIT_AS).
+#: address_space_bytes "auto" resolved to no RLIMIT_AS, file_size_bytes "auto" to
+#: scratch_bytes + 64 KiB; with 64 MiB given, the version before item 5 of issue 35, 8c72d808...).
 #: A rule change must change this line: that is the point.
-GOLDEN_DEFAULT = "8c72d8089f6b588bd3b0be64f59fa8b1ebb02846a80ccfe4cace8c3d592a792a"
+GOLDEN_DEFAULT = "9ad05c51b12505058976465d35d4e85af46210937b906d15c1dc9ab1103bbcf9"
 
 
 def version(limits: Limits | None = None, **backend: Any) -> str:
@@ -90,6 +91,14 @@ def test_a_checkout_elsewhere_has_the_same_version(parent: str) -> None:
         assert other.stdout.decode().strip() == version()
     finally:
         shutil.rmtree(where)
+
+
+def test_file_size_auto_is_the_scratch_size_in_the_version() -> None:
+    """"auto" hashes as the number it applies: the same rules, one version."""
+    assert version(Limits()) == version(Limits(file_size_bytes=file_size_for(Limits())))
+    assert version(Limits(scratch_bytes=64 << 20)) == version(
+        Limits(scratch_bytes=64 << 20, file_size_bytes=(64 << 20) + AUTO_FILE_SIZE_SLACK_BYTES))
+    assert version(Limits()) != version(Limits(file_size_bytes=64 << 20))
 
 
 def test_golden_default_version() -> None:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from trunner.errors import Reason as Reason, RunnerError as RunnerError
     from trunner.invocation import Result as Result
     from trunner.limits import Limits as Limits
+    from trunner.output import CapturedOutput as CapturedOutput
     from trunner.protocol import (
         CollectedFile as CollectedFile,
         ExecFile as ExecFile,
@@ -39,6 +40,7 @@ _WHERE = {
     "PROCESS_COUNT_EXIT": "trunner.backend",
     "SANDBOX_SETUP_EXIT": "trunner.backend",
     "Limits": "trunner.limits",
+    "CapturedOutput": "trunner.output",
     "CollectedFile": "trunner.protocol",
     "ExecFile": "trunner.protocol",
     "ExecRequest": "trunner.protocol",

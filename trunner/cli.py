@@ -99,6 +99,7 @@ def _limits_args(parser: argparse.ArgumentParser) -> None:
         flags = (limit_flag(field), *(a for a in LIMIT_ALIASES.get(field, ())
                                       if a != limit_flag(field)))
         note = {"address_space_bytes": " (RLIMIT_AS per process; alias --memory), or 'auto'",
+                "file_size_bytes": " (RLIMIT_FSIZE), or 'auto': the scratch's size + 64K",
                 "memory_bytes": " (the run's memory cgroup, as root)"}.get(field, "")
         default = _default(field, getattr(defaults, field))
         group.add_argument(*flags, dest=field, action=_LimitAction,
@@ -125,7 +126,7 @@ def _limits(args: argparse.Namespace) -> Any:  # noqa: ANN401
     given: dict[str, tuple[str, str]] = getattr(args, "limit_flags", None) or {}
     values: dict[str, object] = {}
     for field, (typed, raw) in given.items():
-        words = (AUTO,) if field == "address_space_bytes" else ()
+        words = (AUTO,) if field in ("address_space_bytes", "file_size_bytes") else ()
         try:
             values[field] = parse_limit(field, raw, words=words)
         except UnitError as e:
@@ -281,6 +282,9 @@ def build_parser(usage_exit: int = EXIT_USAGE) -> argparse.ArgumentParser:
                          " instead of into the JSON")
     ex.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="set NAME for the program (repeatable; over PATH, HOME, TMPDIR, LANG)")
+    ex.add_argument("--capture-on-failure", action="store_true",
+                    help="on a limit (timeout, cpu_time, memory_limit, a cap), print what the"
+                         " program wrote before it under \"output\": a diagnostic")
     ex.add_argument("--exit-code", action="store_true",
                     help="exit with the program's own code; trunner's failures then exit 124"
                          " (wall-clock limit) or 125")
@@ -354,7 +358,8 @@ async def _run_command(args: argparse.Namespace) -> int:
             stdin = args.stdin.encode()
         runner = Runner(limits=limits)
         res = await runner.exec(args.argv, stdin=stdin, files=files,
-                                collect=args.collect, env=args.env)
+                                collect=args.collect, env=args.env,
+                                capture_on_failure=args.capture_on_failure)
         out: dict[str, object] = msgspec.structs.asdict(res.response)
         # Always None in a result: the adapter's report of a limit it hit,
         # which the parent turns into a RunnerError, never into a result.
@@ -374,6 +379,12 @@ async def _run_command(args: argparse.Namespace) -> int:
         failed: dict[str, object] = {"error": e.reason.value, "detail": e.detail}
         if e.usage is not None:  # the program ran: what it used up to the failure
             failed["usage"] = e.usage
+        if e.output is not None:  # --capture-on-failure: what it wrote before it
+            output: dict[str, object] = msgspec.structs.asdict(e.output)
+            if getattr(args, "text", False):
+                output["stdout"] = e.output.stdout.decode(errors="replace")
+                output["stderr"] = e.output.stderr.decode(errors="replace")
+            failed["output"] = output
         _print(failed)
         if own_exit:
             return EXIT_OWN_TIMEOUT if e.reason is Reason.TIMEOUT else EXIT_OWN_FAILURE

@@ -3,7 +3,9 @@
 Pure: imports nothing from trunner and nothing heavy. `Reason` values are API
 (callers match on them; the README names them, docs/api.md explains each);
 the text is for people.
-A `RunnerError` never carries the child's stdout: no partial result, ever.
+A `RunnerError` never carries a partial result. Its `.output` is None unless
+the caller asked for it (`capture_on_failure`): then, for a limit, what the
+program printed before it, as the adapter reported it (never a response).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import enum
 from typing import TYPE_CHECKING, final
 
 if TYPE_CHECKING:
+    from trunner.output import CapturedOutput
     from trunner.usage import Usage
 
 
@@ -24,6 +27,8 @@ class Reason(enum.StrEnum):
     CPU_TIME = "cpu_time"
     STDOUT_CAP = "stdout_cap"
     STDERR_CAP = "stderr_cap"
+    #: `exec`'s collect patterns matched more than `EXEC_COLLECT_MAX_FILES` files.
+    TOO_MANY_FILES = "too_many_files"
     DRAIN_TIMEOUT = "drain_timeout"
     MEMORY_LIMIT = "memory_limit"
     # The child's end.
@@ -73,6 +78,11 @@ class RunnerError(Exception):
         usage: what the program used before it ended (`trunner.Usage`), for
             every failure after it started; None only when nothing ran (or
             the figures were lost: see docs/design.md, "Usage").
+        output: with `exec(..., capture_on_failure=True)` and a limit's
+            reason (`CAPTURED_REASONS`), the program's stdout and stderr
+            before the failure, each within its cap (`CapturedOutput`),
+            where its adapter reported them; else None (`detail` then says
+            why). Never decoded, never a response.
     """
 
     def __init__(
@@ -83,6 +93,7 @@ class RunnerError(Exception):
         exit_status: int | None = None,
         signal: int | None = None,
         usage: Usage | None = None,
+        output: CapturedOutput | None = None,
     ) -> None:
         super().__init__(f"{detail} [{reason}]")
         self.reason = reason
@@ -90,13 +101,23 @@ class RunnerError(Exception):
         self.exit_status = exit_status
         self.signal = signal
         self.usage = usage
+        self.output = output
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild, (self.reason, self.detail, self.exit_status, self.signal, self.usage))
+        return (_rebuild, (self.reason, self.detail, self.exit_status, self.signal, self.usage,
+                           self.output))
+
+
+#: The reasons a `RunnerError` may carry `.output` for, when asked: the
+#: limits the `exec` adapter ends a program for and still reports.
+CAPTURED_REASONS: frozenset[Reason] = frozenset({
+    Reason.TIMEOUT, Reason.CPU_TIME, Reason.MEMORY_LIMIT, Reason.STDOUT_CAP,
+    Reason.STDERR_CAP, Reason.TOO_MANY_FILES})
 
 
 def _rebuild(
     reason: Reason, detail: str, exit_status: int | None, signal: int | None,
-    usage: Usage | None = None,
+    usage: Usage | None = None, output: CapturedOutput | None = None,
 ) -> RunnerError:
-    return RunnerError(reason, detail, exit_status=exit_status, signal=signal, usage=usage)
+    return RunnerError(reason, detail, exit_status=exit_status, signal=signal, usage=usage,
+                       output=output)

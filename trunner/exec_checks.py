@@ -17,9 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from trunner.errors import Reason, RunnerError
-from trunner.invocation import Caps, only_runner_errors
+from trunner.invocation import Caps, attach_output, only_runner_errors
+from trunner.limits import file_size_for
 from trunner.protocol import (
     EXEC_COLLECT_MAX_FILES,
+    EXEC_COLLECT_MAX_PATTERNS,
     EXEC_ENV_MAX_BYTES,
     EXEC_INPUT_MAX_BYTES,
     EXEC_INPUT_MAX_FILES,
@@ -175,13 +177,13 @@ def check_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 def check_patterns(collect: Sequence[str]) -> list[str]:
     """The collect patterns, normalised, under the same rules as file paths;
-    at most `EXEC_COLLECT_MAX_FILES` of them, none repeated."""
+    at most `EXEC_COLLECT_MAX_PATTERNS` of them, none repeated."""
     if isinstance(collect, str):
         raise _refuse("collect must be a sequence of patterns, not one str")
     patterns = [normal_path(p, "collect pattern") for p in collect]
-    if len(patterns) > EXEC_COLLECT_MAX_FILES:
+    if len(patterns) > EXEC_COLLECT_MAX_PATTERNS:
         raise _refuse(f"{len(patterns)} collect patterns, over the bound of"
-                      f" {EXEC_COLLECT_MAX_FILES}")
+                      f" {EXEC_COLLECT_MAX_PATTERNS}")
     seen: set[str] = set()
     for pattern in patterns:
         if pattern in seen:
@@ -240,7 +242,7 @@ def exec_request(
         checked_argv = check_argv(argv)
         stdin = check_stdin(stdin)
         placed = check_files(files, stdin_bytes=len(stdin),
-                             file_size_bytes=limits.file_size_bytes)
+                             file_size_bytes=file_size_for(limits))
         patterns = check_patterns(collect)
         request = ExecRequest(
             argv=checked_argv,
@@ -261,10 +263,22 @@ def exec_request(
     return request, caps
 
 
-def check_exec_reply(response: ExecResult, limits: Limits, patterns: Sequence[str]) -> None:
+def check_exec_reply(response: ExecResult, limits: Limits, patterns: Sequence[str], *,
+                     capture_on_failure: bool = False) -> None:
     """The exec adapter returns one byte past a cap it saw crossed, and one
     file past the bound of collected files; it returns only files that the
-    requested patterns match, and names only those patterns unmatched."""
+    requested patterns match, and names only those patterns unmatched.
+    With `capture_on_failure`, a limit's error carries the program's output
+    (`attach_output`)."""
+    try:
+        _check_exec_reply(response, limits, patterns)
+    except RunnerError as e:
+        if capture_on_failure:
+            attach_output(e, response, limits)
+        raise
+
+
+def _check_exec_reply(response: ExecResult, limits: Limits, patterns: Sequence[str]) -> None:
     usage = response.usage
     if response.limit == "timeout":
         raise RunnerError(Reason.TIMEOUT, f"the program ran past its wall time of"
@@ -282,7 +296,7 @@ def check_exec_reply(response: ExecResult, limits: Limits, patterns: Sequence[st
                           f"the program's stderr went over its cap of {err_cap} bytes",
                           usage=usage)
     if len(response.files) > EXEC_COLLECT_MAX_FILES:
-        raise RunnerError(Reason.STDOUT_CAP, f"the collect patterns matched more than"
+        raise RunnerError(Reason.TOO_MANY_FILES, f"the collect patterns matched more than"
                           f" {EXEC_COLLECT_MAX_FILES} files", usage=usage)
     collected = sum(len(f.data) for f in response.files)
     if len(response.stdout) + collected > cap:

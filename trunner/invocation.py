@@ -21,9 +21,10 @@ import msgspec
 import trio
 
 from trunner.backend import close_jail, open_jail
-from trunner.errors import Reason, RunnerError
+from trunner.errors import CAPTURED_REASONS, Reason, RunnerError
 from trunner.jail import Jail  # noqa: TC001  annotates Started
 from trunner.nursery_run import Outcome, supervise
+from trunner.output import CapturedOutput
 from trunner.protocol import HEADER_BYTES, ExecResult, Usage, decode_single_frame, encode_frame
 from trunner.spawn import Child  # noqa: TC001  annotates Started
 
@@ -138,7 +139,9 @@ def judge(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
     """The verdict on one finished invocation: its response, or the error."""
     code = outcome.exit_code
     if outcome.failure is not None:
-        raise RunnerError(outcome.failure, outcome.detail, **_status(code),
+        exit_status, signal = _status(code)
+        raise RunnerError(outcome.failure, outcome.detail, exit_status=exit_status,
+                          signal=signal,
                           usage=failed_usage(outcome, jail, stdout_max_bytes, response_type))
     assert code is not None
     failure = jail.explain(code, outcome.report, outcome.started_us)
@@ -167,20 +170,43 @@ def failed_usage(outcome: Outcome, jail: Jail, stdout_max_bytes: int,
     else what the parent read just before its kill
     (`Outcome.at_kill`); else None."""
     if response_type is ExecResult:
-        try:
-            reply: ExecResult = decode_single_frame(
-                outcome.stdout, ExecResult,
-                max_body_bytes=max(stdout_max_bytes - HEADER_BYTES, 0))
-        except RunnerError:
-            pass
-        else:
-            if reply.usage is not None:
-                return exec_usage(reply.usage, jail)
+        reply = exec_reply(outcome, stdout_max_bytes)
+        if reply is not None and reply.usage is not None:
+            return exec_usage(reply.usage, jail)
     else:
         usage = run_usage(outcome, jail)
         if usage is not None:
             return usage
     return _usage(outcome.at_kill, outcome.wall_s)
+
+
+def exec_reply(outcome: Outcome, stdout_max_bytes: int) -> ExecResult | None:
+    """The `exec` adapter's reply in a failed run's stdout, if it wrote one
+    whole (it ends its program for a limit, then reports), else None."""
+    try:
+        reply: ExecResult = decode_single_frame(
+            outcome.stdout, ExecResult, max_body_bytes=max(stdout_max_bytes - HEADER_BYTES, 0))
+    except RunnerError:
+        return None
+    return reply
+
+
+def attach_output(error: RunnerError, reply: ExecResult | None, limits: Limits) -> None:
+    """`capture_on_failure`: give a limit's `error` the program's output, as
+    its adapter reported it in `reply` (each stream cut to its cap, marked
+    if cut), or say in its detail why there is none. Other reasons are left
+    as they are: they carry no output."""
+    if error.reason not in CAPTURED_REASONS:
+        return
+    if reply is None:
+        error.detail += ("; no output captured: the adapter wrote no reply (it was ended"
+                         " before it could report: the parent's backstop deadline, a kill"
+                         " of trunner's side of the run)")
+        error.args = (f"{error.detail} [{error.reason}]",)
+        return
+    error.output = CapturedOutput.within(reply.stdout, reply.stderr,
+                                         stdout_max_bytes=limits.stdout_max_bytes,
+                                         stderr_max_bytes=limits.stderr_max_bytes)
 
 
 def exec_usage(usage: Usage | None, jail: Jail) -> Usage | None:
@@ -212,11 +238,13 @@ def _usage(figures: Figures | None, wall_s: float) -> Usage | None:
 async def invoke(
     backend: JailBackend, adapter_argv: Sequence[str], limits: Limits, temp_root: str | None,
     request: object, caps: Caps, response_type: Any = Any,  # noqa: ANN401  as in judge
-    *, spawner: Spawner, started: Started | None = None,
+    *, spawner: Spawner, started: Started | None = None, capture_on_failure: bool = False,
 ) -> Result[Any]:
     """One invocation: `request` served by `started` (a prewarmed child) or
     by a child started now, judged. Nothing but a `RunnerError` (or the
-    caller's cancellation) leaves it."""
+    caller's cancellation) leaves it. With `capture_on_failure` (`exec`
+    only), a limit's error carries the output the adapter reported
+    (`attach_output`)."""
     with only_runner_errors():
         try:
             await trio.lowlevel.checkpoint_if_cancelled()  # nothing starts in a cancelled scope
@@ -229,7 +257,12 @@ async def invoke(
         if started is None:
             started = await start(backend, adapter_argv, limits, temp_root, spawner)
         outcome = await serve(started, frame, caps)
-        response = judge(outcome, started.jail, caps.stdout_max_bytes, response_type)
+        try:
+            response = judge(outcome, started.jail, caps.stdout_max_bytes, response_type)
+        except RunnerError as e:
+            if capture_on_failure and response_type is ExecResult:
+                attach_output(e, exec_reply(outcome, caps.stdout_max_bytes), limits)
+            raise
         if response_type is not ExecResult:
             return Result(response, version, run_usage(outcome, started.jail))
         usage = exec_usage(response.usage, started.jail)
@@ -251,7 +284,8 @@ def only_runner_errors() -> Iterator[None]:
         raise RunnerError(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}") from e
 
 
-def _status(code: int | None) -> dict[str, int | None]:
+def _status(code: int | None) -> tuple[int | None, int | None]:
+    """The exit status and the signal an exit code means."""
     if code is None:
-        return {}
-    return {"signal": -code} if code < 0 else {"exit_status": code}
+        return None, None
+    return (None, -code) if code < 0 else (code, None)

@@ -32,6 +32,10 @@ AUTO: Final = "auto"
 #: up to 16 CPUs and 6 GiB to 128. It bounds a process, not a run: the
 #: run's bound is `processes` times it.
 AUTO_ADDRESS_SPACE_BYTES: Final = 6 * GiB
+#: `file_size_bytes="auto"` is `scratch_bytes` and this much more: the
+#: scratch tmpfs holds whole pages (up to 64 KiB each, arm64's largest), so
+#: a file that fills it meets ENOSPC, never EFBIG (nor a SIGXFSZ kill) first.
+AUTO_FILE_SIZE_SLACK_BYTES: Final = 64 * KiB
 
 
 class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -56,7 +60,11 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     address_space_bytes: Annotated[int, Meta(ge=64 * MiB, le=2**46)] | Literal["auto"] = AUTO
     processes: Annotated[int, Meta(ge=1, le=4096)] = 32
     open_files: Annotated[int, Meta(ge=16, le=65536)] = 256
-    file_size_bytes: Annotated[int, Meta(ge=0, le=2**46)] = 64 * MiB
+    #: RLIMIT_FSIZE of each process (so also the bound of each memfd, and of
+    #: each `exec` input file), or "auto" (AUTO): `scratch_bytes` (and
+    #: `AUTO_FILE_SIZE_SLACK_BYTES`), so that one file may fill the scratch
+    #: and then meets ENOSPC (`file_size_for`).
+    file_size_bytes: Annotated[int, Meta(ge=0, le=2**46)] | Literal["auto"] = AUTO
     #: The run's one scratch tmpfs (working dir, /tmp, /dev/shm). tmpfs pages
     #: are memory, not disk: this much RAM (or swap) per run at most.
     scratch_bytes: Annotated[int, Meta(ge=1 * MiB, le=2**40)] = 256 * MiB
@@ -92,6 +100,16 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
         return Limits.from_mapping({**msgspec.structs.asdict(self), **changes})
 
 
+def file_size_for(limits: Limits) -> int:
+    """The file size bound applied (RLIMIT_FSIZE, an `exec` input file's
+    bound): `file_size_bytes`, or for "auto" the scratch's size and
+    `AUTO_FILE_SIZE_SLACK_BYTES`."""
+    value = limits.file_size_bytes
+    if value == AUTO:
+        return limits.scratch_bytes + AUTO_FILE_SIZE_SLACK_BYTES
+    return int(value)
+
+
 # The same fields and constraints without __post_init__, so that
 # `Limits.__post_init__` can validate through msgspec without recursing.
 _Checked = msgspec.defstruct(
@@ -121,7 +139,6 @@ PRESETS: Final[Mapping[str, Limits]] = {
         stdout_max_bytes=16 * MiB,
         stderr_max_bytes=1 * MiB,
         processes=64,
-        file_size_bytes=256 * MiB,
     ),
     # Producing a large reply (e.g. a rendered artifact).
     "bulk": Limits(

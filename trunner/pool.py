@@ -140,17 +140,20 @@ class WorkerPool:
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
         env: Mapping[str, str] | None = None, limits: Limits | None = None,
+        capture_on_failure: bool = False,
     ) -> Result[ExecResult]:
         """`Runner.exec` on a prewarmed worker of a `runner.pool("exec")`:
-        the same checks, caps and verdict. With `limits` other than the
-        pool's, on a jail started for this call, as `Runner.exec(...,
-        limits=limits)`."""
+        the same checks, caps and verdict, and `capture_on_failure` alike.
+        With `limits` other than the pool's, on a jail started for this
+        call, as `Runner.exec(..., limits=limits)`."""
         if self._mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
         limits = self._call_limits(limits)
         request, caps = exec_checks.exec_request(argv, stdin, files, collect, limits, env)
-        result: Result[ExecResult] = await self._serve(request, limits, caps, ExecResult)
-        exec_checks.check_exec_reply(result.response, limits, request.collect)
+        result: Result[ExecResult] = await self._serve(request, limits, caps, ExecResult,
+                                                       capture_on_failure=capture_on_failure)
+        exec_checks.check_exec_reply(result.response, limits, request.collect,
+                                     capture_on_failure=capture_on_failure)
         return result
 
     def _call_limits(self, limits: Limits | None) -> Limits:
@@ -165,6 +168,7 @@ class WorkerPool:
     async def _serve(
         self, request: object, limits: Limits, caps: invocation.Caps,
         response_type: Any,  # noqa: ANN401  as in run
+        *, capture_on_failure: bool = False,
     ) -> Result[Any]:
         if not self._open:
             raise RuntimeError("use the pool inside `async with runner.pool(...)`")
@@ -174,14 +178,16 @@ class WorkerPool:
                 self._last_use = trio.current_time()
                 return await invocation.invoke(self._backend, self._argv, limits,
                                                self._temp_root, request, caps, response_type,
-                                               spawner=self._spawner)
+                                               spawner=self._spawner,
+                                               capture_on_failure=capture_on_failure)
         # A worker that died while idle (e.g. a refused setup) is served all
         # the same, so the caller gets its real reason, not a silent respawn.
         started = self._idle.popleft() if self._idle else None
         try:
             return await invocation.invoke(self._backend, self._argv, self._limits,
                                            self._temp_root, request, caps, response_type,
-                                           started=started, spawner=self._spawner)
+                                           started=started, spawner=self._spawner,
+                                           capture_on_failure=capture_on_failure)
         finally:
             # Refill after the reply, not before: a new worker's start-up
             # (helper, adapter imports: most of an invocation's CPU) would

@@ -20,6 +20,7 @@ from trunner.errors import Reason, RunnerError
 from trunner.usage import Usage as Usage
 from trunner.worker.wire import (
     EXEC_COLLECT_MAX_FILES as EXEC_COLLECT_MAX_FILES,
+    EXEC_COLLECT_MAX_PATTERNS as EXEC_COLLECT_MAX_PATTERNS,
     EXEC_ENV_MAX_BYTES as EXEC_ENV_MAX_BYTES,
     EXEC_INPUT_MAX_BYTES as EXEC_INPUT_MAX_BYTES,
     EXEC_INPUT_MAX_FILES as EXEC_INPUT_MAX_FILES,
@@ -183,15 +184,24 @@ def exec_frame_bytes(
     stderr up to one past its cap (how the adapter reports a crossed cap),
     up to `EXEC_COLLECT_MAX_FILES + 1` collected files, plus the frame
     around them. The parent caps the worker's stdout at this, so the caps
-    the caller sets mean the program's own bytes."""
+    the caller sets mean the program's own bytes. Counted, not encoded: the
+    reply without files, plus the worst file's bytes times their number and
+    the larger array header (3 bytes, not 1)."""
     n_files = EXEC_COLLECT_MAX_FILES + 1 if collect else 0
-    worst_file = CollectedFile(path="x" * EXEC_PATH_MAX_BYTES, size=-(2**63), data=b"",
-                               mode=-(2**63))
     worst = ExecResult(exit_code=None, signal=-(2**63), stdout=b"", stderr=b"",
-                       files=[worst_file] * n_files, unmatched=list(collect or ()),
+                       files=[], unmatched=list(collect or ()),
                        elapsed_s=0.0, limit="cpu_time",
                        usage=Usage(wall_s=0.0, cpu_user_s=0.0, cpu_sys_s=0.0,
                                    peak_memory_bytes=-(2**63)))
+    files = n_files * (_worst_file_bytes() + 3) + (2 if n_files else 0)  # bin32, array16
     out, err = stdout_max_bytes + 1, stderr_max_bytes + 1
-    headers = _bin_header_bytes(out) + _bin_header_bytes(err) + n_files * 5 - (2 + n_files) * 2
-    return len(encode_frame(worst)) + out + err + headers
+    headers = _bin_header_bytes(out) + _bin_header_bytes(err) - 2 * 2
+    return len(encode_frame(worst)) + files + out + err + headers
+
+
+@functools.cache
+def _worst_file_bytes() -> int:
+    """The encoded size of a collected file with the longest path and the
+    widest ints, its data empty (a bin8 header of 2 bytes)."""
+    return len(_ENCODER.encode(CollectedFile(path="x" * EXEC_PATH_MAX_BYTES, size=-(2**63),
+                                             data=b"", mode=-(2**63))))

@@ -212,6 +212,7 @@ class Runner:
         collect: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         limits: Limits | None = None,
+        capture_on_failure: bool = False,
     ) -> Result[ExecResult]:
         """Run a program inside the jail (`exec` mode), in the jail dir.
 
@@ -227,19 +228,28 @@ class Runner:
         be executed with 126, each with one `trunner: NAME: ...` line on its
         stderr: an ordinary `ExecResult`, as a shell answers.
 
+        With `capture_on_failure`, a `RunnerError` for a limit (`timeout`,
+        `cpu_time`, `memory_limit`, `stdout_cap`, `stderr_cap`,
+        `too_many_files`) carries `.output`: the program's stdout and stderr
+        before the failure, each within its cap, marked if cut, where its
+        adapter reported them (else None, and `.detail` says why). A
+        diagnostic: never decoded, never a response. Off by default.
+
         Raises:
             RunnerError: `bad_request` for an empty or non-str argv, a non-bytes
                 stdin, bad files, patterns or env (trunner.exec_checks), before
                 anything is spawned; `stdout_cap` when the stdout and
-                the collected files go over the cap, or more than
-                `EXEC_COLLECT_MAX_FILES` files match; any other `Reason`.
+                the collected files go over the cap; `too_many_files` when
+                more than `EXEC_COLLECT_MAX_FILES` files match; any other
+                `Reason`.
         """
         limits = self._limits(limits)
         request, caps = exec_checks.exec_request(argv, stdin, files, collect, limits, env)
         result: Result[ExecResult] = await invocation.invoke(
             self._backend, self._adapter_argv("exec"), limits, self.temp_root, request,
-            caps, ExecResult, spawner=COLD)
-        exec_checks.check_exec_reply(result.response, limits, request.collect)
+            caps, ExecResult, spawner=COLD, capture_on_failure=capture_on_failure)
+        exec_checks.check_exec_reply(result.response, limits, request.collect,
+                                     capture_on_failure=capture_on_failure)
         return result
 
     def _adapter_argv(self, mode: str) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ import pickle
 import msgspec
 import pytest
 
-from trunner import Limits, Reason, RunnerError, Usage
+from trunner import CapturedOutput, Limits, Reason, RunnerError, Usage
 from trunner.protocol import ExecFile, ExecResult
 from trunner.ray import wire
 
@@ -24,6 +24,26 @@ async def test_a_failure_comes_back_field_for_field() -> None:
     assert (back.reason, back.detail, back.exit_status, back.signal, back.usage) == \
         (Reason.NONZERO_EXIT, "exit 3", 3, None, USAGE)
     assert pickle.loads(pickle.dumps(back)).usage == USAGE
+
+
+async def test_a_failures_output_comes_back_and_old_ones_have_none() -> None:
+    """`capture_on_failure` crosses: the call's flag and the error's output; a
+    call or a failure without them (before issue 35) decodes as off, None."""
+    output = CapturedOutput(stdout=b"progress-line\n", stderr=b"e", stderr_truncated=True)
+    e = RunnerError(Reason.TIMEOUT, "wall", usage=USAGE, output=output)
+    reply = wire.decode_reply(wire.encode(wire.failure_of(e)))
+    assert isinstance(reply, wire.Failure)
+    assert (wire.error_of(reply).reason, wire.error_of(reply).output) == (Reason.TIMEOUT, output)
+    old = wire.decode_reply(
+        msgspec.msgpack.encode({"type": "failure", "reason": "timeout", "detail": "wall"}))
+    assert isinstance(old, wire.Failure)
+    assert wire.error_of(old).output is None
+    call = wire.ExecCall(id="c", argv=["true"], capture_on_failure=True)
+    assert wire.decode_call(wire.encode(call)) == call
+    decoded = wire.decode_call(msgspec.msgpack.encode({"type": "exec", "id": "c",
+                                                        "argv": ["true"]}))
+    assert isinstance(decoded, wire.ExecCall)
+    assert decoded.capture_on_failure is False
 
 
 async def test_an_unknown_reason_is_an_internal_error() -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from trunner.kernel import abi
-from trunner.limits import AUTO, AUTO_ADDRESS_SPACE_BYTES
+from trunner.limits import AUTO, AUTO_ADDRESS_SPACE_BYTES, file_size_for
 from trunner.linux import landlock, seccomp
 from trunner.linux.binds import shadow_refusal
 from trunner.linux.ids import DEFAULT_RANGE
@@ -435,7 +435,7 @@ def seccomp_policy_for(profile: JailProfile, host: HostSupport) -> seccomp.Secco
 
 def rlimits_for(limits: Limits, *, memory_cgroup: bool) -> tuple[Rlimit, ...]:
     """`Limits` to rlimits; units are converted here only, and "auto"
-    resolved (`address_space_for`): the plan, and so the rules version,
+    resolved (`address_space_for`, `file_size_for`): the plan, and so the rules version,
     holds the number applied.
 
     SIGPENDING and MSGQUEUE are counted per (user namespace, uid) from
@@ -453,7 +453,7 @@ def rlimits_for(limits: Limits, *, memory_cgroup: bool) -> tuple[Rlimit, ...]:
         rlimit(resource.RLIMIT_CPU, math.ceil(limits.cpu_time_s) + 1,
                math.ceil(limits.cpu_time_s) + 2),
         rlimit(resource.RLIMIT_AS, address_space_for(limits, memory_cgroup=memory_cgroup)),
-        rlimit(resource.RLIMIT_FSIZE, limits.file_size_bytes),
+        rlimit(resource.RLIMIT_FSIZE, file_size_for(limits)),
         rlimit(resource.RLIMIT_NOFILE, limits.open_files),
         rlimit(resource.RLIMIT_CORE, 0),
         rlimit(resource.RLIMIT_SIGPENDING, SIGPENDING),

@@ -97,8 +97,10 @@ class AsyncioPool:
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
         env: Mapping[str, str] | None = None, limits: Limits | None = None,
+        capture_on_failure: bool = False,
     ) -> Result[ExecResult]:
-        call = self._router.exec_call(argv, stdin, files, collect, env, limits)
+        call = self._router.exec_call(argv, stdin, files, collect, env, limits,
+                                      capture_on_failure=capture_on_failure)
         result: Result[ExecResult] = await self._call(call, ExecResult)
         return result
 

@@ -200,7 +200,8 @@ class NodeServer:
                 case wire.ExecCall():
                     result = await pool.exec(call.argv, stdin=call.stdin, files=call.files,
                                              collect=call.collect, env=call.env,
-                                             limits=call.limits)
+                                             limits=call.limits,
+                                             capture_on_failure=call.capture_on_failure)
                     response = msgspec.Raw(wire.encode(result.response))
                 case wire.RunCall():
                     result = await pool.run(call.request, response_type=msgspec.Raw,

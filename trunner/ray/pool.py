@@ -142,10 +142,13 @@ class ClusterPool:
         self, argv: Sequence[str], *, stdin: bytes = b"",
         files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
         env: Mapping[str, str] | None = None, limits: Limits | None = None,
+        capture_on_failure: bool = False,
     ) -> Result[ExecResult]:
         """`Runner.exec` on some node: the same checks (here, before any
-        node is asked), caps and verdict; with `limits` as `run`'s."""
-        call = self._router.exec_call(argv, stdin, files, collect, env, limits)
+        node is asked), caps and verdict; with `limits` as `run`'s, and
+        `capture_on_failure` alike."""
+        call = self._router.exec_call(argv, stdin, files, collect, env, limits,
+                                      capture_on_failure=capture_on_failure)
         result: Result[ExecResult] = await self._call(call, ExecResult)
         return result
 

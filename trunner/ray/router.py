@@ -143,8 +143,8 @@ class Router:
 
     def exec_call(self, argv: Sequence[str], stdin: bytes,
                   files: Mapping[str, bytes | ExecFile] | None, collect: Sequence[str],
-                  env: Mapping[str, str] | None, limits: Limits | None = None
-                  ) -> wire.ExecCall:
+                  env: Mapping[str, str] | None, limits: Limits | None = None, *,
+                  capture_on_failure: bool = False) -> wire.ExecCall:
         """An `exec` call, checked here as `Runner.exec` checks it (under
         its own `limits`, if any), before any node is asked.
 
@@ -158,7 +158,7 @@ class Router:
                                               self.spec.limits if own is None else own, env)
         return wire.ExecCall(id=self.call_id(), argv=request.argv, stdin=request.stdin,
                              files=request.files, collect=request.collect, env=request.env,
-                             limits=own)
+                             limits=own, capture_on_failure=capture_on_failure)
 
     def own_limits(self, limits: Limits | None) -> Limits | None:
         """A call's limits as they cross: None for the pool's (or equal ones).

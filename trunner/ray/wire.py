@@ -17,6 +17,7 @@ import msgspec
 
 from trunner.errors import Reason, RunnerError
 from trunner.limits import Limits
+from trunner.output import CapturedOutput
 from trunner.protocol import ExecFile, Usage
 
 _NIL = msgspec.Raw(b"\xc0")  # msgpack nil
@@ -42,6 +43,9 @@ class ExecCall(msgspec.Struct, tag="exec", frozen=True, kw_only=True):
     env: dict[str, str] = {}
     #: The call's own limits (`pool.exec(..., limits=)`); None: the pool's.
     limits: Limits | None = None
+    #: `exec(..., capture_on_failure=True)`: a limit's failure carries the
+    #: program's output (`Failure.output`). Absent in older calls: off.
+    capture_on_failure: bool = False
 
 
 Call = RunCall | ExecCall
@@ -59,6 +63,8 @@ class Failure(msgspec.Struct, tag="failure", frozen=True, kw_only=True):
     exit_status: int | None = None
     signal: int | None = None
     usage: Usage | None = None
+    #: `RunnerError.output` (only with `capture_on_failure`); absent: None.
+    output: CapturedOutput | None = None
 
 
 class Hello(msgspec.Struct, tag="hello", frozen=True, kw_only=True):
@@ -122,7 +128,7 @@ def raw(request: object) -> msgspec.Raw:
 
 def failure_of(e: RunnerError) -> Failure:
     return Failure(reason=str(e.reason), detail=e.detail, exit_status=e.exit_status,
-                   signal=e.signal, usage=e.usage)
+                   signal=e.signal, usage=e.usage, output=e.output)
 
 
 def error_of(f: Failure) -> RunnerError:
@@ -135,7 +141,7 @@ def error_of(f: Failure) -> RunnerError:
                            f" {f.detail}", exit_status=f.exit_status, signal=f.signal,
                            usage=f.usage)
     return RunnerError(reason, f.detail, exit_status=f.exit_status, signal=f.signal,
-                       usage=f.usage)
+                       usage=f.usage, output=f.output)
 
 
 def response_of(success: Success, response_type: Any) -> Any:  # noqa: ANN401  a msgspec type form

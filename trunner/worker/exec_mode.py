@@ -212,6 +212,11 @@ def run_exec(body: object) -> dict[str, object]:
     code = posix.waitstatus_to_exitcode(posix.waitpid(pid, 0)[1])
     elapsed_s = time.monotonic() - began
     _reap_all()
+    # Every writer is gone now: what the program wrote and we had not read
+    # yet (a limit came first) is read to the end, within the caps.
+    # After a crossed cap, the other stream stays within its own: the first
+    # cap crossed is the one the parent reports.
+    _drain_rest(caps, bufs, past_cap=not crossed)
     usage = tree_usage(elapsed_s)
     cpu_s = usage["cpu_user_s"] + usage["cpu_sys_s"]  # type: ignore[operator]
     if limit is None and (cpu_s >= request.cpu_time_s or code == -SIGXCPU):
@@ -332,7 +337,7 @@ def _pump(pid: int, stdin: bytes, stdin_w: int, caps: dict[int, int],
           bufs: dict[int, bytearray], meter: Meter) -> tuple[bool, str | None]:
     """Feed stdin and read both streams until EOF and the leader's exit, or
     until a stream crosses its cap (True) or the program a limit (its name):
-    then kill the program. Closes every fd."""
+    then kill the program. Closes every fd but the streams' (`_drain_rest`)."""
     pending = memoryview(stdin)
     poller = select.poll()
     live = set(caps)
@@ -383,9 +388,30 @@ def _pump(pid: int, stdin: bytes, stdin_w: int, caps: dict[int, int],
         if limit is not None:
             _kill_tree(pid)
     finally:
-        for fd in (*caps, exited, *(live & {stdin_w})):
+        for fd in (exited, *(live & {stdin_w})):
             posix.close(fd)
     return crossed, limit
+
+
+def _drain_rest(caps: dict[int, int], bufs: dict[int, bytearray], *, past_cap: bool) -> None:
+    """Read what is left in both streams, each up to its cap (one byte past
+    it with `past_cap`), then close them: after a limit or a cap, what the
+    program wrote that `_pump` had not read yet (after its exit, both are
+    at EOF already). Called once the whole tree is reaped: no writer is
+    left, so each read ends at EOF; non-blocking all the same."""
+    for fd, cap in caps.items():
+        buf, most = bufs[fd], cap + 1 if past_cap else cap
+        try:
+            posix.set_blocking(fd, False)
+            while len(buf) < most:
+                chunk = posix.read(fd, min(_CHUNK, most - len(buf)))
+                if not chunk:
+                    break
+                buf += chunk
+        except OSError:
+            pass  # EAGAIN: nothing more
+        finally:
+            posix.close(fd)
 
 
 def _refuse_outside_a_jail() -> None:
@@ -449,8 +475,8 @@ def collect(patterns: Sequence[str], budget: int) -> tuple[list[dict[str, object
     (sorted by path, each once), and the patterns that matched none. Reading
     stops past `budget` bytes or `EXEC_COLLECT_MAX_FILES` files: the last
     file is then cut one byte past the budget, or one file too many is
-    listed, and the parent fails the run with `stdout_cap`; it never
-    returns a cut file."""
+    listed, without reading any (the parent fails the run with
+    `stdout_cap`, or `too_many_files`); it never returns a cut file."""
     found: set[str] = set()
     unmatched = []
     for pattern in patterns:
@@ -468,6 +494,9 @@ def collect(patterns: Sequence[str], budget: int) -> tuple[list[dict[str, object
         if len(found) > EXEC_COLLECT_MAX_FILES:
             break
     out: list[dict[str, object]] = []
+    if len(found) > EXEC_COLLECT_MAX_FILES:  # the run fails: their names say why
+        names = sorted(found)[: EXEC_COLLECT_MAX_FILES + 1]
+        return [{"path": p, "size": 0, "data": b"", "mode": 0} for p in names], unmatched
     for path in sorted(found):
         read = _read_file_no_follow(path, budget + 1)
         if read is None:  # gone, or no longer a regular file

@@ -29,11 +29,13 @@ MAX_FRAME_BYTES = 2**32 - 1
 
 #: Bounds of an `exec` request's files (refused before spawn) and of what it
 #: collects: all files' bytes and stdin together; files placed; files collected
-#: (and patterns); a path's UTF-8 bytes (Linux PATH_MAX less its NUL) and a
-#: name's (NAME_MAX). Both sides use them; protocol.py re-exports them.
+#: (past it the run fails `too_many_files`) and patterns; a path's UTF-8 bytes
+#: (Linux PATH_MAX less its NUL) and a name's (NAME_MAX). Both sides use them;
+#: protocol.py re-exports them.
 EXEC_INPUT_MAX_BYTES = 64 * 1024 * 1024
 EXEC_INPUT_MAX_FILES = 1024
-EXEC_COLLECT_MAX_FILES = 1024
+EXEC_COLLECT_MAX_FILES = 10_000
+EXEC_COLLECT_MAX_PATTERNS = 1024
 EXEC_PATH_MAX_BYTES = 4095
 EXEC_NAME_MAX_BYTES = 255
 #: Bound of an `exec` request's `env`: every `NAME=VALUE` with its NUL, in UTF-8.
