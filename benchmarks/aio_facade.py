@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from trunner import Limits
-from trunner.aio import AsyncioRunner, Held, Portal, _serve_call, _settle, _unwrap, _wait_out
+from trunner.aio import AsyncioRunner, Held, Portal, _settle, _unwrap, _wait_out
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

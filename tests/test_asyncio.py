@@ -25,15 +25,14 @@ from trunner import ExecFile, Limits, Reason, Runner, RunnerError
 from trunner.aio import AsyncioRunner, Portal
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Iterator
+    from collections.abc import Callable, Coroutine
     from pathlib import Path
 
 
 @pytest.fixture(autouse=True, scope="module")
-def portal() -> Iterator[None]:
+def portal() -> Portal:
     """The portal, started before any test's leak check is taken."""
-    Portal.get()
-    yield
+    return Portal.get()
 
 
 @pytest.fixture
@@ -41,11 +40,11 @@ def arunner(runner: Runner) -> AsyncioRunner:
     return AsyncioRunner(runner)
 
 
-def run(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:  # noqa: ANN401
+def run(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     return asyncio.run(main())
 
 
-async def until(pred: Callable[[], Any], timeout_s: float, what: str) -> Any:  # noqa: ANN401
+async def until(pred: Callable[[], Any], timeout_s: float, what: str) -> Any:
     """`support.wait_until` for asyncio: poll every 5 ms, fail naming `what`."""
     try:
         async with asyncio.timeout(scaled(timeout_s)):
@@ -99,10 +98,12 @@ def test_usage_and_a_runner_error_cross_as_themselves(arunner: AsyncioRunner) ->
         raise AssertionError("the spin was not ended")
 
     usage, error = run(main)
-    assert usage is not None and usage.wall_s >= 0.2
+    assert usage is not None
+    assert usage.wall_s >= 0.2
     assert type(error) is RunnerError
     assert error.reason is Reason.CPU_TIME
-    assert error.usage is not None and error.usage.cpu_s >= 0.5
+    assert error.usage is not None
+    assert error.usage.cpu_s >= 0.5
 
 
 def test_refusals_before_a_spawn_cross_as_themselves(arunner: AsyncioRunner,
@@ -123,7 +124,7 @@ def test_refusals_before_a_spawn_cross_as_themselves(arunner: AsyncioRunner,
 
 
 def test_the_pool_from_asyncio(arunner: AsyncioRunner) -> None:
-    async def main() -> tuple[list[Any], int]:
+    async def main() -> tuple[list[Any], int | None]:
         async with arunner.pool("echo", size=2) as pool:
             assert pool.idle_workers == 2  # warm on entry
             first = (await pool.run("a")).response
@@ -179,7 +180,8 @@ def test_an_asyncio_cancel_ends_the_jail_before_the_await_returns(
         return jailed, dirs
 
     jailed, dirs = run(main)
-    assert jailed and len(dirs) == 1  # it was running, in its one jail dir
+    assert jailed  # it was running,
+    assert len(dirs) == 1  # in its one jail dir
 
 
 def test_an_asyncio_timeout_ends_an_exec_and_a_pool_call(arunner: AsyncioRunner,

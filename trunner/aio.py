@@ -17,6 +17,7 @@ would in a caller's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import threading
@@ -139,10 +140,8 @@ async def _serve_call(scope: trio.CancelScope, fn: Callable[[], Awaitable[object
 
 def settle_soon(done: asyncio.Future[Outcome], outcome: Outcome) -> None:
     """Settle `done` with `outcome` from any thread, on its own loop."""
-    try:
+    with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
         done.get_loop().call_soon_threadsafe(_settle, done, outcome)
-    except RuntimeError:  # the caller's loop is closed: nobody waits
-        pass
 
 
 def _settle(done: asyncio.Future[Outcome], outcome: Outcome) -> None:
@@ -248,7 +247,8 @@ class Held(Generic[T]):
             self._body.cancel()
 
     async def exit(self, exc: BaseException | None) -> None:
-        assert self._portal is not None and self._ended is not None
+        assert self._portal is not None
+        assert self._ended is not None
         ended, body, self._body = self._ended, self._body, None
         ended.remove_done_callback(self._on_end)
         stop = self._stop
@@ -261,19 +261,19 @@ class Held(Generic[T]):
             await _wait_out(ended)
             raise
         ok, failure = ended.result()
-        if ok or failure is None and not self._cancelled_body:
+        if ok:
             return
-        if failure is None:  # cancelled by the portal's end, not by its own failure
+        if failure is None:  # its trio side was cancelled, not by this task
             failure = asyncio.CancelledError("trunner.aio: the pool's trio side was cancelled")
         try:
-            if self._cancelled_body and body is not None:
+            if self._cancelled_body and body is not None:  # the cancel was ours: take it back
                 body.uncancel()
-                if exc is None or isinstance(exc, asyncio.CancelledError):
+                if isinstance(exc, asyncio.CancelledError):
                     raise failure
-            if exc is not None:
-                exc.add_note(f"the pool failed too: {failure}")
-                return  # the body's own exception leaves as itself
-            raise failure
+            if exc is None:
+                raise failure
+            exc.add_note(f"the pool failed too: {failure}")
+            # The body's own exception leaves as itself.
         finally:
             failure = None
 
@@ -318,7 +318,7 @@ class AsyncioRunner:
 
     async def run(
         self, mode: str, request: object = None, *, limits: Limits | None = None,
-        response_type: Any = Any,  # noqa: ANN401  a msgspec type form
+        response_type: Any = Any,
     ) -> Result[Any]:
         """`Runner.run`, from asyncio.
 
