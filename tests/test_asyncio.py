@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -26,7 +30,6 @@ from trunner.aio import AsyncioRunner, Portal
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
-    from pathlib import Path
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -334,3 +337,17 @@ def test_an_asyncio_runner_takes_a_runner_or_its_arguments(runner: Runner) -> No
     assert AsyncioRunner(limits=Limits(wall_time_s=3)).limits == Limits(wall_time_s=3)
     with pytest.raises(ValueError, match="not both"):
         AsyncioRunner(runner, limits=Limits())
+
+
+def test_the_docs_block_runs_as_written(tmp_path: Path) -> None:
+    """docs/asyncio.md's block, a program of its own (its jail dirs in the
+    system temp dir: the child's `Runner`, removed before it returns)."""
+    [program] = re.findall(r"^```python\n(.*?)^```$",
+                           (Path(__file__).parent.parent / "docs" / "asyncio.md").read_text(),
+                           re.MULTILINE | re.DOTALL)
+    (tmp_path / "from_asyncio.py").write_text(program)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "from_asyncio.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=scaled(300))
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert done.stdout.splitlines() == ["['42', 'cpu_time']", "cancelled"]
