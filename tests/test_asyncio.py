@@ -172,6 +172,8 @@ def test_an_asyncio_cancel_ends_the_jail_before_the_await_returns(
         jailed = await until(lambda: jailed_under(str(jail_root)), 60, "the run jailed")
         dirs = list(jail_root.iterdir())
         task.cancel()
+        await asyncio.sleep(0)  # the first cancel delivered: the call is ending
+        task.cancel()  # a second one does not cut that short
         with pytest.raises(asyncio.CancelledError):
             await task
         # Back from the await: nothing of the run is left, no waiting.
