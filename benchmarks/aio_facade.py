@@ -3,7 +3,7 @@
 (`trunner.aio`'s portal) against trio's guest mode on the running asyncio
 loop, against the trio API itself.
 
-    python benchmarks/aio_facade.py [-n ROUNDS] [--noop-calls K] [--json]
+    python benchmarks/aio_facade.py [-n ROUNDS] [--noop-calls K] [--only KIND,...] [--json]
 
 One process, one asyncio loop, one `Runner`. Three ways to await the same
 trio call:
@@ -129,7 +129,8 @@ async def guest_hold(portal: GuestPortal, pool: WorkerPool, opened: asyncio.Futu
         await event.wait()
 
 
-async def main(rounds: int, noop_calls: int) -> dict[str, dict[str, float]]:
+async def main(rounds: int, noop_calls: int, kinds: tuple[str, ...] = KINDS
+               ) -> dict[str, dict[str, float]]:
     runner = AsyncioRunner(temp_root=tempfile.gettempdir(), limits=Limits(wall_time_s=30.0))
     trio_pool = runner.runner.pool("echo", size=SIZE)
     guest_pool = runner.runner.pool("echo", size=SIZE)
@@ -150,7 +151,7 @@ async def main(rounds: int, noop_calls: int) -> dict[str, dict[str, float]]:
         from trunner.aio import call
         return await call("bench", fn, *args)
 
-    lat: dict[str, list[float]] = {f"{w}/{k}": [] for w in WAYS for k in KINDS}
+    lat: dict[str, list[float]] = {f"{w}/{k}": [] for w in WAYS for k in kinds}
     cpu: dict[str, list[float]] = {k: [] for k in lat}
 
     async def full(pool: WorkerPool) -> None:
@@ -215,7 +216,7 @@ async def main(rounds: int, noop_calls: int) -> dict[str, dict[str, float]]:
         lat[f"{way}/{kind}"].extend(times)
         cpu[f"{way}/{kind}"].append(used / calls)
 
-    for kind in KINDS:  # warm-up, untimed
+    for kind in kinds:  # warm-up, untimed
         for way in WAYS:
             await measure(way, kind)
     for k in lat:
@@ -223,7 +224,7 @@ async def main(rounds: int, noop_calls: int) -> dict[str, dict[str, float]]:
         cpu[k].clear()
     for r in range(rounds):
         order = WAYS[r % 3:] + WAYS[:r % 3]
-        for kind in KINDS:
+        for kind in kinds:
             for way in order:
                 await measure(way, kind)
         print(f"round {r + 1}/{rounds}", file=sys.stderr)
@@ -238,7 +239,7 @@ async def main(rounds: int, noop_calls: int) -> dict[str, dict[str, float]]:
 
 
 def show(report: dict[str, dict[str, float]]) -> None:
-    for kind in KINDS:
+    for kind in dict.fromkeys(k.split("/")[1] for k in report):
         base = report[f"trio/{kind}"]
         for way in WAYS:
             row = report[f"{way}/{kind}"]
@@ -254,12 +255,17 @@ if __name__ == "__main__":
     parser.add_argument("-n", type=int, default=40, help="rounds")
     parser.add_argument("--noop-calls", type=int, default=200)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", default=",".join(KINDS),
+                        help=f"the calls to time, comma-separated (of {', '.join(KINDS)})")
     parser.add_argument("--switch-interval-s", type=float, default=None,
                         help="sys.setswitchinterval: how long a thread waits for the GIL")
     args = parser.parse_args()
     if args.switch_interval_s is not None:
         sys.setswitchinterval(args.switch_interval_s)
-    report = asyncio.run(main(args.n, args.noop_calls))
+    kinds = tuple(args.only.split(","))
+    if not set(kinds) <= set(KINDS):
+        parser.error(f"--only takes {', '.join(KINDS)}")
+    report = asyncio.run(main(args.n, args.noop_calls, kinds))
     if args.json:
         print(json.dumps(report))
     else:
