@@ -132,8 +132,11 @@ def test_the_pool_from_asyncio(arunner: AsyncioRunner) -> None:
             assert pool.idle_workers == 2  # warm on entry
             first = (await pool.run("a")).response
             many = await asyncio.gather(*(pool.run(i) for i in range(6)))
-        async with arunner.pool("exec", size=1) as epool:
+        epool = arunner.pool("exec", size=1)
+        async with epool:
             code = (await epool.exec(["sh", "-c", "exit 4"])).response.exit_code
+        async with epool:  # opened again, as a trio pool may be
+            assert (await epool.exec(["true"])).response.exit_code == 0
         return [first, *(r.response for r in many)], code
 
     responses, code = run(main)

@@ -217,6 +217,7 @@ class Held(Generic[T]):
 
     async def enter(self) -> T:
         loop = _loop(self._api)
+        self._scope, self._stop, self._cancelled_body = trio.CancelScope(), None, False
         opened: asyncio.Future[Outcome] = loop.create_future()
         ended = self._ended = loop.create_future()
         self._portal = Portal.get()
