@@ -307,6 +307,25 @@ def test_exit_chain_reports_every_step(tmp_path: Path) -> None:
     assert positive(report["total_p50_ms"])
 
 
+@pytest.mark.slow
+def test_aio_facade_reports_every_figure(tmp_path: Path) -> None:
+    """benchmarks/aio_facade.py, one round: every way and every call has a
+    positive p50 and a CPU per call (docs/asyncio.md's table)."""
+    proc = subprocess.run(
+        [sys.executable, os.path.join(BENCH_DIR, "aio_facade.py"), "-n", "1",
+         "--noop-calls", "10", "--json"],
+        stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT_S, cwd=ROOT,
+        env=bench_env(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
+    report = json.loads(proc.stdout)
+    assert sorted(report) == sorted(f"{way}/{kind}" for way in ("trio", "thread", "guest")
+                                    for kind in ("noop", "c1", "c8", "cold1", "cold8"))
+    for name, row in report.items():
+        assert positive(row["p50_ms"]), (name, row)
+        assert non_negative(row["cpu_ms"]), (name, row)
+
+
 def _has_cpython_tests() -> bool:
     for python in ("/usr/bin/python3.11", sys.executable):
         done = subprocess.run([python, "-c", "import test.test_os"], capture_output=True,

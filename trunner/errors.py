@@ -56,6 +56,8 @@ class Reason(enum.StrEnum):
     #: `trunner.linux.ids`): refused, never shared.
     HOST_IDS_EXHAUSTED = "host_ids_exhausted"
     UNSUPPORTED_PLATFORM = "unsupported_platform"
+    #: trio's API awaited outside a trio task (from asyncio: `trunner.aio`).
+    NOT_IN_TRIO = "not_in_trio"
     # After the child.
     CLEANUP_FAILED = "cleanup_failed"
     # Beyond one host (trunner.ray).

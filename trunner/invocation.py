@@ -271,6 +271,22 @@ async def invoke(
         return Result(response, version, usage)
 
 
+def require_trio(api: str, asyncio_api: str) -> None:
+    """Refuse a call awaited outside a trio task (`not_in_trio`), naming the
+    asyncio API to use instead. A task's, not the run's: an asyncio task on
+    a thread that hosts a trio guest run sees that run's token.
+
+    Raises:
+        RunnerError: `not_in_trio`.
+    """
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        raise RunnerError(Reason.NOT_IN_TRIO, f"{api} was awaited outside a trio task (from"
+                          f" asyncio?): asyncio callers use {asyncio_api}, which takes the same"
+                          " arguments") from None
+
+
 @contextmanager
 def only_runner_errors() -> Iterator[None]:
     """The contract: nothing but a `RunnerError` (or the caller's own

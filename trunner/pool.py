@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from trunner.invocation import Result
     from trunner.jail import JailBackend
 
+#: What `not_in_trio` names: the same pool for asyncio callers.
+_ASYNCIO_POOL = "trunner.aio.AsyncioRunner(...).pool(...)"
+
 
 class WorkerPool:
     """Use as `async with runner.pool(mode) as pool:`; see `Runner.pool`."""
@@ -66,6 +69,7 @@ class WorkerPool:
         self._spawner = backend.fork_server(mode)
 
     async def __aenter__(self) -> WorkerPool:
+        invocation.require_trio("`async with runner.pool(...)`", _ASYNCIO_POOL)
         self._cm = self._running()
         return await self._cm.__aenter__()
 
@@ -130,6 +134,7 @@ class WorkerPool:
         ready). Same reasons, same verdict as `Runner.run`. With `limits`
         other than the pool's, on a jail started for this call (see the
         module's docstring), as `Runner.run(..., limits=limits)`."""
+        invocation.require_trio("WorkerPool.run", _ASYNCIO_POOL)
         if self._mode == "exec":
             raise RuntimeError("an exec pool serves `pool.exec(argv, ...)`, not `pool.run`")
         limits = self._call_limits(limits)
@@ -146,6 +151,7 @@ class WorkerPool:
         the same checks, caps and verdict, and `capture_on_failure` alike.
         With `limits` other than the pool's, on a jail started for this
         call, as `Runner.exec(..., limits=limits)`."""
+        invocation.require_trio("WorkerPool.exec", _ASYNCIO_POOL)
         if self._mode != "exec":
             raise RuntimeError("pool.exec needs a pool of the 'exec' mode")
         limits = self._call_limits(limits)

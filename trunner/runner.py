@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+#: What `not_in_trio` names: the same API for asyncio callers.
+_ASYNCIO_RUNNER = "trunner.aio.AsyncioRunner"
+
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -198,6 +201,7 @@ class Runner:
         Raises:
             RunnerError: with any `Reason`; never with a partial result.
         """
+        invocation.require_trio("Runner.run", _ASYNCIO_RUNNER)
         limits = self._limits(limits)
         argv = self._adapter_argv(self.resolve_mode(mode))
         return await invocation.invoke(self._backend, argv, limits, self.temp_root, request,
@@ -243,6 +247,7 @@ class Runner:
                 more than `EXEC_COLLECT_MAX_FILES` files match; any other
                 `Reason`.
         """
+        invocation.require_trio("Runner.exec", _ASYNCIO_RUNNER)
         limits = self._limits(limits)
         request, caps = exec_checks.exec_request(argv, stdin, files, collect, limits, env)
         result: Result[ExecResult] = await invocation.invoke(

@@ -18,6 +18,7 @@ import ray.exceptions as rex
 import trio
 
 from trunner.errors import RunnerError
+from trunner.invocation import require_trio
 from trunner.protocol import ExecResult
 from trunner.ray import cluster, router, wire
 
@@ -87,6 +88,7 @@ class ClusterPool:
         return dict(self._router.refused)
 
     async def __aenter__(self) -> ClusterPool:
+        require_trio("`async with cluster_pool(...)`", "trunner.ray.AsyncioPool")
         self._cm = self._running()
         return await self._cm.__aenter__()
 
@@ -155,6 +157,7 @@ class ClusterPool:
     # -- the loops: the router decides, these wait ----------------------------------
 
     async def _call(self, call: wire.Call, response_type: Any) -> Result[Any]:  # noqa: ANN401
+        require_trio("ClusterPool.run and .exec", "trunner.ray.AsyncioPool")
         if not self._router.is_open:
             raise RuntimeError("use the pool inside `async with cluster_pool(...)`")
         payload = wire.encode(call)
