@@ -137,6 +137,10 @@ class ExecRequest(msgspec.Struct, tag="exec_request", frozen=True, kw_only=True)
     #: reports the usage; the parent's deadline stays as a backstop.
     wall_time_s: float = 10.0
     cpu_time_s: float = 10.0
+    #: A streaming run (`Runner.open_process`): the program's stdin, stdout
+    #: and stderr are the parent's pipes; `stdin` and `collect` are empty
+    #: and the reply carries no output.
+    stream: bool = False
 
 
 class CollectedFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -95,9 +95,10 @@ class Spawner(Protocol):
     #: Requests that failed because a server died with them.
     losses: int
 
-    async def spawn(self, jail: S) -> Child[S]:
+    async def spawn(self, jail: S, *, stream: bool = False) -> Child[S]:
         """Start `jail`'s first stage as the parent's child, its group
-        listed with the watchdog. Raises `RunnerError`."""
+        listed with the watchdog; with `stream`, with a fifth pipe, the
+        program's own stdout (`Child.program_stdout`). Raises `RunnerError`."""
 
     async def aclose(self) -> object:
         """Stop what it started."""
@@ -114,6 +115,8 @@ class Pipes(NamedTuple):
     stdout: int
     stderr: int
     report: int
+    #: A streaming run's program stdout (`abi.STREAM_FD` in the jail), else -1.
+    program_stdout: int = -1
 
 
 J = TypeVar("J", bound=Ending, covariant=True)
@@ -136,6 +139,9 @@ class Child(Generic[J]):
     #: Read end of the helper's report pipe (non-blocking).
     report_fd: int
     jail: J
+    #: A streaming run's program stdout (its stdin and stderr are `stdin`
+    #: and `stderr`; `stdout` carries the adapter's reply alone), else None.
+    program_stdout: trio.lowlevel.FdStream | None = None
     #: Once closed: the leader's exit code (negative: killed by that
     #: signal) and everything the report pipe carried.
     exit_code: int | None = None
@@ -151,7 +157,9 @@ class Child(Generic[J]):
                      stdin=trio.lowlevel.FdStream(pipes.stdin),
                      stdout=trio.lowlevel.FdStream(pipes.stdout),
                      stderr=trio.lowlevel.FdStream(pipes.stderr), report_fd=pipes.report,
-                     jail=jail)
+                     jail=jail,
+                     program_stdout=(trio.lowlevel.FdStream(pipes.program_stdout)
+                                     if pipes.program_stdout >= 0 else None))
 
     async def wait_exit(self) -> None:
         """Wait until the leader exits, without reaping it."""
@@ -185,8 +193,9 @@ class Child(Generic[J]):
                 await self.jail.wait_gone(self.pid, self.report)
             finally:
                 os.close(self.report_fd)
-                for stream in (self.stdin, self.stdout, self.stderr):
-                    await stream.aclose()
+                for stream in (self.stdin, self.stdout, self.stderr, self.program_stdout):
+                    if stream is not None:
+                        await stream.aclose()
 
 
 async def abandon(pid: int, pidfd: int, listed: Ending | None) -> None:
@@ -272,12 +281,12 @@ class RunPipes:
     (`close_theirs`); `take()` hands ours to a `Child`; on an error, whatever
     is still held is closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, stream: bool = False) -> None:
         self._stack = contextlib.ExitStack()
         ours: list[int] = []
         theirs: list[int] = []
         try:
-            for i in range(4):
+            for i in range(5 if stream else 4):
                 r, w = os.pipe2(os.O_CLOEXEC)
                 self._stack.callback(_close_quietly, r)
                 self._stack.callback(_close_quietly, w)
@@ -303,7 +312,7 @@ class RunPipes:
     def close_theirs(self) -> None:
         for fd in self.theirs:
             _close_quietly(fd)
-        self.theirs = Pipes(-1, -1, -1, -1)
+        self.theirs = Pipes(-1, -1, -1, -1, -1)
 
     def take(self) -> Pipes:
         """Ours, now the caller's to close; nothing is closed at exit."""
@@ -324,15 +333,16 @@ class ColdSpawner:
     in_process = ""
     losses = 0
 
-    async def spawn(self, jail: S) -> Child[S]:
-        """Start the jail's command as the leader of a new session and group.
+    async def spawn(self, jail: S, *, stream: bool = False) -> Child[S]:
+        """Start the jail's command as the leader of a new session and group
+        (with `stream`, as `Spawner.spawn`).
 
         Raises:
             RunnerError: `spawn_failed`, naming the errno.
         """
         started_us = time.monotonic_ns() // 1000
         try:
-            with RunPipes() as pipes:
+            with RunPipes(stream=stream) as pipes:
                 theirs = pipes.theirs
                 pid = await on_spawn_thread(lambda: _popen(jail.command, theirs))
                 pipes.close_theirs()
@@ -372,7 +382,10 @@ async def spawn(jail: S) -> Child[S]:
 
 def _popen(cmd: Command, theirs: Pipes) -> int:
     """On the spawn thread: `cmd` as our child, the leader of a new session."""
-    argv = [arg.replace("{report_fd}", str(theirs.report)) for arg in cmd.argv]
+    fds = str(theirs.report)
+    if theirs.program_stdout >= 0:  # the helper's `FD,STREAM`
+        fds += f",{theirs.program_stdout}"
+    argv = [arg.replace("{report_fd}", fds) for arg in cmd.argv]
     popen = subprocess.Popen(
         argv,
         stdin=theirs.stdin,
@@ -381,7 +394,7 @@ def _popen(cmd: Command, theirs: Pipes) -> int:
         cwd=cmd.cwd,
         env=dict(cmd.env),
         close_fds=True,
-        pass_fds=(theirs.report,),
+        pass_fds=tuple(fd for fd in (theirs.report, theirs.program_stdout) if fd >= 0),
         start_new_session=True,
     )
     # `Child.aclose` reaps the leader by its pid. A Popen never waited on

@@ -32,6 +32,12 @@ PROG_PEAK_FD = 7
 PROG_JOIN_FDS = (8, 9, 10)
 SUP_JOIN_FDS = (11, 12, 13)
 CGROUP_FDS = (PROG_CPU_FD, PROG_CPU_SPLIT_FD, PROG_PEAK_FD, *PROG_JOIN_FDS, *SUP_JOIN_FDS)
+#: A streaming run's (`Runner.open_process`) program stdout: the write end
+#: of a pipe the parent made and reads itself, named after the report
+#: pipe in the helper's argv (`FD,STREAM`), moved here and handed to pid 2;
+#: the exec adapter gives it to its program as fd 1 and keeps none of it.
+#: Its fd 1 stays the reply frame's pipe, which the program never gets.
+STREAM_FD = CGROUP_FDS[-1] + 1
 #: A run's cgroup holds no process; its two leaves do: `sup` the helper,
 #: the jail's pid 1 and the adapter, `prog` the program's tree.
 SUP_CGROUP = "sup"

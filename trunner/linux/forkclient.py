@@ -120,12 +120,18 @@ class ForkServer:
                 said = self._said = await _stop(server)
         return said
 
-    async def spawn(self, jail: S) -> Child[S]:
+    async def spawn(self, jail: S, *, stream: bool = False) -> Child[S]:
         """Start `jail`'s leader through the server (see the module's steps).
+        Not `stream`: a server's run message carries exactly `abi.RUN_FDS`
+        descriptors (a streaming run is a cold spawn).
 
         Raises:
-            RunnerError: `sandbox_setup` (refused), `spawn_failed`.
+            RunnerError: `sandbox_setup` (refused), `spawn_failed`;
+                `bad_request` with `stream`.
         """
+        if stream:
+            raise RunnerError(Reason.BAD_REQUEST, "a fork server does not start streaming"
+                              " runs: open them with Runner.open_process")
         stage = [arg.replace("{report_fd}", str(abi.REPORT_FD)) for arg in jail.stage]
         message = marshal.dumps((stage, jail.in_process))
         link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -151,7 +157,7 @@ class ForkServer:
             sent.callback(theirs.close)
             jail_dir = os.open(jail.jail_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             sent.callback(os.close, jail_dir)
-            fds = [*pipes.theirs, theirs.fileno(), jail_dir]
+            fds = [*pipes.theirs[:4], theirs.fileno(), jail_dir]
             assert len(fds) == abi.RUN_FDS
             unanswered = False
             try:

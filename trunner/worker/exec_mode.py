@@ -44,6 +44,7 @@ from trunner.kernel.abi import (
     SIGPIPE,
     SIGXCPU,
     SIGXFSZ,
+    STREAM_FD,
 )
 from trunner.worker import prog
 from trunner.worker.wire import EXEC_COLLECT_MAX_FILES, EXEC_PATH_MAX_BYTES
@@ -62,7 +63,7 @@ class Request:
     """A decoded protocol.ExecRequest: its wire map, tag checked."""
 
     __slots__ = ("argv", "collect", "cpu_time_s", "env", "files", "stderr_max_bytes", "stdin",
-                 "stdout_max_bytes", "wall_time_s")
+                 "stdout_max_bytes", "stream", "wall_time_s")
 
     def __init__(self, body: Any) -> None:  # noqa: ANN401  a decoded msgpack value
         if not isinstance(body, dict) or body.get("type") != "exec_request":
@@ -79,6 +80,8 @@ class Request:
         self.stderr_max_bytes: int = body["stderr_max_bytes"]
         self.wall_time_s: float = body["wall_time_s"]
         self.cpu_time_s: float = body["cpu_time_s"]
+        #: A streaming run: the program's stdio are the parent's own pipes.
+        self.stream: bool = body.get("stream", False)
 
 
 def result(code: int, stdout: bytes, stderr: bytes, files: list[dict[str, object]],
@@ -196,6 +199,8 @@ def run_exec(body: object) -> dict[str, object]:
     place(request.files)
     _prepare(request.collect)
     began = time.monotonic()
+    if request.stream:
+        return _run_streaming(request, began)
     try:
         pid, stdin_w, out_r, err_r = _spawn(request.argv, request.env)
     except NotRun as e:  # as a shell answers: 127 or 126, one line on stderr
@@ -227,6 +232,78 @@ def run_exec(body: object) -> dict[str, object]:
     if not crossed and limit is None and request.collect:
         files, unmatched = collect(request.collect, request.stdout_max_bytes - len(stdout))
     return result(code, stdout, bytes(bufs[err_r]), files, unmatched, elapsed_s, usage, limit)
+
+
+def _run_streaming(request: Request, began: float) -> dict[str, object]:
+    """A streaming run (`Runner.open_process`): the program's stdin is fd 0
+    (after the request frame), its stdout STREAM_FD, its stderr fd 2, all
+    the parent's own pipes, which the parent reads and caps; this adapter
+    reads none of them and keeps only fd 1, the reply's pipe (the program's
+    fd 1 is STREAM_FD's copy, and this process is not dumpable: the
+    program cannot reach the reply pipe). Enforces the wall and CPU time
+    as `run_exec` does, then replies with the exit and the usage, no
+    output (a NotRun's line goes to the program's stderr, as a shell's)."""
+    try:
+        pid = _spawn_streaming(request.argv, request.env)
+    except NotRun as e:
+        _write_all(2, e.line)
+        elapsed_s = time.monotonic() - began
+        return result(e.code, b"", b"", [], [], elapsed_s, tree_usage(elapsed_s))
+    meter = Meter(began, request.wall_time_s, request.cpu_time_s)
+    exited = posix.pidfd_open(pid)
+    poller = select.poll()
+    poller.register(exited, select.POLLIN)
+    limit = None
+    try:
+        while not poller.poll(meter.timeout_ms()):
+            limit = meter.check()
+            if limit is not None:
+                break
+    finally:
+        posix.close(exited)
+    _kill_tree(pid)
+    code = posix.waitstatus_to_exitcode(posix.waitpid(pid, 0)[1])
+    elapsed_s = time.monotonic() - began
+    _reap_all()
+    usage = tree_usage(elapsed_s)
+    cpu_s = usage["cpu_user_s"] + usage["cpu_sys_s"]  # type: ignore[operator]
+    if limit is None and (cpu_s >= request.cpu_time_s or code == -SIGXCPU):
+        limit = "cpu_time"
+    return result(code, b"", b"", [], [], elapsed_s, usage, limit)
+
+
+def _spawn_streaming(argv: list[str], env: Mapping[str, str]) -> int:
+    """`_spawn` on the parent's pipes: fd 0 and 2 as they are, STREAM_FD as
+    fd 1. Closes fd 0 and STREAM_FD here (the program holds them now); fd 2
+    stays, for this adapter's own last words. Raises NotRun."""
+    environ: dict[bytes, bytes | str] = dict(posix.environ)
+    for name, value in env.items():
+        environ[name.encode()] = value
+    if "PATH" in env:
+        posix.putenv("PATH", env["PATH"])
+    posix.set_inheritable(STREAM_FD, False)  # dup2 onto fd 1 makes the program's copy
+    prog.enter()
+    try:
+        return posix.posix_spawnp(
+            argv[0], argv, environ,
+            file_actions=[(posix.POSIX_SPAWN_DUP2, STREAM_FD, 1)],
+            setsigdef=(SIGPIPE, SIGXFSZ), setsid=True,
+        )
+    except OSError as e:
+        raise _not_run(argv[0], e) from None
+    finally:
+        prog.leave()
+        for fd in (0, STREAM_FD):
+            posix.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[posix.write(fd, view) :]
+    except OSError:
+        pass  # the parent stopped reading: the reply still tells
 
 
 def _reap_all() -> None:

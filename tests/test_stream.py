@@ -1,0 +1,244 @@
+"""`Runner.open_process`: a jailed program's stdin, stdout and stderr as the
+caller's trio streams, caps on what is streamed, a verdict only after a
+clean end. Real jails, real pipes; no duration asserts."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from conftest import child_pids
+from support import scaled
+from trunner import Reason, Runner, RunnerError
+
+if TYPE_CHECKING:
+    from trunner.streaming import StreamingProcess
+
+#: A program that asks for two numbers, one prompt at a time, and answers.
+PROMPT = [sys.executable, "-c", (
+    "import sys\n"
+    "a = int(input('a? '))\n"
+    "b = int(input('b? '))\n"
+    "print(a + b, flush=True)\n"
+    "sys.stderr.write('done\\n')\n"
+)]
+
+
+async def read_until(stream: trio.abc.ReceiveStream, end: bytes) -> bytes:
+    """Read from `stream` until what was read ends with `end` (`b""`: until EOF)."""
+    data = b""
+    while not end or not data.endswith(end):
+        chunk = await stream.receive_some()
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+async def test_a_streaming_program_answers_a_prompt(runner: Runner) -> None:
+    async with runner.open_process(PROMPT) as p:
+        assert await read_until(p.stdout, b"a? ") == b"a? "
+        await p.stdin.send_all(b"2\n")
+        assert await read_until(p.stdout, b"b? ") == b"b? "
+        assert p.result is None
+        await p.stdin.send_all(b"3\n")
+        assert await read_until(p.stdout, b"\n") == b"5\n"
+        assert await read_until(p.stderr, b"\n") == b"done\n"
+        assert await p.stdout.receive_some() == b""
+    assert p.result is not None
+    response = p.result.response
+    assert response.exit_code == 0
+    assert response.signal is None
+    # The verdict carries no output: what was streamed is not a result.
+    assert (response.stdout, response.stderr) == (b"", b"")
+    assert p.result.usage is not None
+    assert p.result.usage.wall_s > 0
+    assert p.result.rules_version == runner.rules_version()
+
+
+async def test_the_body_may_end_first_stdin_is_closed_and_the_rest_drained(
+    runner: Runner,
+) -> None:
+    cat_then_talk = [sys.executable, "-c",
+                     "import sys; data = sys.stdin.read(); print(len(data)); print('x' * 5000)"]
+    async with runner.open_process(cat_then_talk) as p:
+        await p.stdin.send_all(b"abc")
+    assert p.result is not None
+    assert p.result.response.exit_code == 0
+
+
+async def test_a_nonzero_exit_is_a_result(runner: Runner) -> None:
+    async with runner.open_process([sys.executable, "-c", "raise SystemExit(3)"]) as p:
+        pass
+    assert p.result is not None
+    assert p.result.response.exit_code == 3
+
+
+async def test_stdout_past_its_cap_while_streaming_raises_with_no_result(
+    runner: Runner,
+) -> None:
+    limits = runner.limits.replace(stdout_max_bytes=1000)
+    flood = [sys.executable, "-c",
+             "import os, time\nos.write(1, b'o' * 1001)\ntime.sleep(1e9)"]
+    got: list[bytes] = []
+    process: list[StreamingProcess] = []
+
+    async def talk() -> None:
+        async with runner.open_process(flood, limits=limits) as p:
+            process.append(p)
+            while chunk := await p.stdout.receive_some():
+                got.append(bytes(chunk))
+
+    with pytest.raises(RunnerError) as info:
+        await talk()
+    assert info.value.reason is Reason.STDOUT_CAP
+    assert len(b"".join(got)) <= 1000  # never a byte past the cap reaches the caller
+    assert process[0].result is None
+    assert child_pids() == []
+
+
+async def test_stderr_past_its_cap_after_the_body_raises(runner: Runner) -> None:
+    limits = runner.limits.replace(stderr_max_bytes=100)
+    noisy = [sys.executable, "-c", "import os; os.write(2, b'e' * 101)"]
+    with pytest.raises(RunnerError) as info:
+        async with runner.open_process(noisy, limits=limits) as p:
+            pass  # left unread: the parent drains it, still capped
+    assert info.value.reason is Reason.STDERR_CAP
+    assert "cap of 100 bytes" in info.value.detail
+    assert p.result is None
+
+
+@pytest.mark.slow
+async def test_the_wall_deadline_while_streaming_raises_timeout(runner: Runner) -> None:
+    limits = runner.limits.replace(wall_time_s=1.0, cpu_time_s=1.0)
+    sleeper = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(1e9)"]
+    process: list[StreamingProcess] = []
+
+    async def talk() -> None:
+        async with runner.open_process(sleeper, limits=limits) as p:
+            process.append(p)
+            assert await read_until(p.stdout, b"\n") == b"up\n"
+            await trio.sleep_forever()  # the caller waits; the run's deadline ends it
+
+    with trio.fail_after(scaled(30)), pytest.raises(RunnerError) as info:
+        await talk()
+    assert info.value.reason is Reason.TIMEOUT
+    assert process[0].result is None
+    assert child_pids() == []
+
+
+async def test_cpu_time_while_streaming_raises_cpu_time(runner: Runner) -> None:
+    limits = runner.limits.replace(cpu_time_s=0.5)
+    spin = [sys.executable, "-c", "print('up', flush=True)\nwhile True: pass"]
+    process: list[StreamingProcess] = []
+
+    async def talk() -> None:
+        async with runner.open_process(spin, limits=limits) as p:
+            process.append(p)
+            assert await read_until(p.stdout, b"\n") == b"up\n"
+            assert await p.stdout.receive_some() == b""  # the adapter ended it
+
+    with trio.fail_after(scaled(30)), pytest.raises(RunnerError) as info:
+        await talk()
+    assert info.value.reason is Reason.CPU_TIME
+    assert process[0].result is None
+
+
+async def test_the_callers_exception_leaves_as_itself_and_nothing_is_left(
+    runner: Runner,
+) -> None:
+    sleeper = [sys.executable, "-c", "import time; time.sleep(1e9)"]
+    with pytest.raises(KeyError):
+        async with runner.open_process(sleeper) as p:
+            raise KeyError("mine")
+    assert p.result is None
+    assert child_pids() == []
+
+
+async def test_cancelling_the_caller_leaves_nothing(runner: Runner) -> None:
+    sleeper = [sys.executable, "-c", "print('up', flush=True); import time; time.sleep(1e9)"]
+    with trio.move_on_after(scaled(30)) as scope:
+        async with runner.open_process(sleeper) as p:
+            assert await read_until(p.stdout, b"\n") == b"up\n"
+            scope.cancel()
+            await trio.sleep_forever()
+    assert scope.cancelled_caught
+    assert p.result is None
+    assert child_pids() == []
+
+
+async def test_a_bad_request_spawns_nothing(runner: Runner) -> None:
+    with pytest.raises(RunnerError) as info:
+        async with runner.open_process([]):
+            raise AssertionError("not reached")
+    assert info.value.reason is Reason.BAD_REQUEST
+
+
+#: Walks every descriptor the program can see, its own and every process's
+#: it may list, and prints the (device, inode) of each it can open for
+#: writing, or holds.
+WALK_FDS = [sys.executable, "-c", """
+import os
+seen = set()
+for pid in os.listdir('/proc'):
+    if not pid.isdigit():
+        continue
+    try:
+        names = os.listdir(f'/proc/{pid}/fd')
+    except OSError:
+        continue
+    for name in names:
+        path = f'/proc/{pid}/fd/{name}'
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        held = pid == str(os.getpid())
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+            writable = True
+        except OSError:
+            writable = False
+        if held or writable:
+            seen.add(f'{st.st_dev}:{st.st_ino}')
+own = [os.fstat(fd) for fd in (0, 1, 2)]
+print(' '.join(f'{st.st_dev}:{st.st_ino}' for st in own))
+print(' '.join(sorted(seen)))
+"""]
+
+
+def parent_pipes() -> set[bytes]:
+    """(device, inode) of every pipe this process holds."""
+    out = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            st = os.stat(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if (st.st_mode & 0o170000) == 0o010000:
+            out.add(f"{st.st_dev}:{st.st_ino}".encode())
+    return out
+
+
+async def test_the_program_cannot_reach_the_reply_pipe(runner: Runner) -> None:
+    """From inside: no descriptor the program holds, or can open for
+    writing through /proc, is the adapter's reply pipe."""
+    before = parent_pipes()
+    async with runner.open_process(WALK_FDS) as p:
+        # The run's pipes: the program's three, the reply's, the report's.
+        run_pipes = parent_pipes() - before
+        first, second = (await read_until(p.stdout, b"")).split(b"\n")[:2]
+        own, seen = set(first.split()), set(second.split())
+    assert p.result is not None
+    assert p.result.response.exit_code == 0
+    assert len(own) == 3
+    assert own <= run_pipes  # the program's stdio are the parent's own pipes
+    assert own <= seen  # the walk works
+    theirs = run_pipes - own  # the adapter's reply pipe and the helper's report pipe
+    assert len(theirs) == 2
+    assert not theirs & seen
