@@ -57,7 +57,9 @@ async def test_a_streaming_program_answers_a_prompt(runner: Runner) -> None:
     assert (response.stdout, response.stderr) == (b"", b"")
     assert p.result.usage is not None
     assert p.result.usage.wall_s > 0
-    assert p.result.rules_version == runner.rules_version()
+    # The plan names the streams (`stdio: stream`): a version of its own.
+    assert p.result.rules_version == runner.backend.rules_version(runner.limits, stdio="stream")
+    assert p.result.rules_version != runner.rules_version()
 
 
 async def test_the_body_may_end_first_stdin_is_closed_and_the_rest_drained(

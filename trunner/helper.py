@@ -121,7 +121,7 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
             # 13. capabilities dropped, inside every namespace.
             ("capabilities", _drop_capabilities),
             # 14. descriptors: after every step that opens files.
-            ("descriptors", _close_inherited_fds),
+            ("descriptors", _close_inherited_fds, plan.stdio),
             # 15. NO_NEW_PRIVS, required by Landlock and seccomp as non-root.
             ("no_new_privs", install.set_no_new_privs),
             # 16. Landlock on the jail's own paths (its syscalls must not be
@@ -405,6 +405,9 @@ class Plan:
         self.seccomp_bpf = _field(data, "seccomp_bpf", bytes)
         self.waiter_bpf = _field(data, "waiter_bpf", bytes)
         self.unsafe_skip = _strs(data, "unsafe_skip")
+        self.stdio = _field(data, "stdio", str)
+        if self.stdio not in abi.STDIO_KINDS:
+            raise ValueError(f"stdio {self.stdio!r} is not one of {', '.join(abi.STDIO_KINDS)}")
         skipped = [name for name in self.unsafe_skip if name not in SKIPPABLE]
         if skipped:
             raise ValueError(f"cannot skip {', '.join(skipped)}")
@@ -879,10 +882,16 @@ def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes,
 _streaming: "list[int]" = []
 
 
-def _close_inherited_fds() -> None:
+def _close_inherited_fds(stdio: str) -> None:
+    # The plan says what the parent hands over; nothing else passes.
+    if bool(_streaming) != (stdio != "pipes"):
+        raise SetupError(f"descriptors: stdio {stdio!r} but"
+                         f" {'a' if _streaming else 'no'} stream descriptor")
     for fd in (0, 1, 2, REPORT_FD, *_streaming):
-        if posix.fstat(fd).st_mode & abi.S_IFMT != abi.S_IFIFO:
-            raise SetupError(f"descriptors: fd {fd} is not the runner's pipe")
+        kind = abi.S_IFSOCK if fd == abi.STREAM_FD and stdio == "pty" else abi.S_IFIFO
+        if posix.fstat(fd).st_mode & abi.S_IFMT != kind:
+            raise SetupError(f"descriptors: fd {fd} is not the runner's"
+                             f" {'socket' if kind == abi.S_IFSOCK else 'pipe'}")
     install.set_cloexec(REPORT_FD)  # closed by the exec: EOF tells the parent it happened
     # The program's cgroup files pass to the adapter (which makes them
     # close-on-exec before any program runs); every other slot is closed.

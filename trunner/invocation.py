@@ -82,16 +82,16 @@ class Started:
 
 
 async def start(backend: JailBackend, adapter_argv: Sequence[str], limits: Limits,
-                temp_root: str | None, spawner: Spawner, *, stream: bool = False) -> Started:
+                temp_root: str | None, spawner: Spawner, *, stdio: str = "pipes") -> Started:
     """Open a jail for `spawner` and start its first stage through it (with
-    `stream`, its program's stdout on a pipe of its own: `Spawner.spawn`).
+    `stdio` other than "pipes", a streaming run: `Spawner.spawn`).
 
     Raises:
         RunnerError: `spawn_failed`, or the backend's refusal.
     """
-    jail = await open_jail(backend, adapter_argv, limits, temp_root, spawner.in_process)
+    jail = await open_jail(backend, adapter_argv, limits, temp_root, spawner.in_process, stdio)
     try:
-        return Started(jail, await spawner.spawn(jail, stream=stream))
+        return Started(jail, await spawner.spawn(jail, stdio=stdio))
     except BaseException:
         await close_jail(jail)
         raise

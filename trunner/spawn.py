@@ -25,6 +25,7 @@ import fcntl
 import os
 import queue
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -95,10 +96,11 @@ class Spawner(Protocol):
     #: Requests that failed because a server died with them.
     losses: int
 
-    async def spawn(self, jail: S, *, stream: bool = False) -> Child[S]:
+    async def spawn(self, jail: S, *, stdio: str = "pipes") -> Child[S]:
         """Start `jail`'s first stage as the parent's child, its group
-        listed with the watchdog; with `stream`, with a fifth pipe, the
-        program's own stdout (`Child.program_stdout`). Raises `RunnerError`."""
+        listed with the watchdog; with `stdio` "stream", with a fifth pipe,
+        the program's own stdout, with "pty" a socket, on which the pty
+        comes (`Child.program_stdout`, `RunPipes`). Raises `RunnerError`."""
 
     async def aclose(self) -> object:
         """Stop what it started."""
@@ -115,7 +117,8 @@ class Pipes(NamedTuple):
     stdout: int
     stderr: int
     report: int
-    #: A streaming run's program stdout (`abi.STREAM_FD` in the jail), else -1.
+    #: A streaming run's program stdout, or a pty's socket (`abi.STREAM_FD`
+    #: in the jail), else -1.
     program_stdout: int = -1
 
 
@@ -140,7 +143,8 @@ class Child(Generic[J]):
     report_fd: int
     jail: J
     #: A streaming run's program stdout (its stdin and stderr are `stdin`
-    #: and `stderr`; `stdout` carries the adapter's reply alone), else None.
+    #: and `stderr`; `stdout` carries the adapter's reply alone), or, for a
+    #: pty, the socket the pty's controlling side comes on; else None.
     program_stdout: trio.lowlevel.FdStream | None = None
     #: Once closed: the leader's exit code (negative: killed by that
     #: signal) and everything the report pipe carried.
@@ -281,13 +285,19 @@ class RunPipes:
     (`close_theirs`); `take()` hands ours to a `Child`; on an error, whatever
     is still held is closed."""
 
-    def __init__(self, *, stream: bool = False) -> None:
+    def __init__(self, *, stdio: str = "pipes") -> None:
         self._stack = contextlib.ExitStack()
         ours: list[int] = []
         theirs: list[int] = []
         try:
-            for i in range(5 if stream else 4):
-                r, w = os.pipe2(os.O_CLOEXEC)
+            for i in range(4 if stdio == "pipes" else 5):
+                if i == 4 and stdio == "pty":
+                    r, w = (s.detach() for s in socket.socketpair(socket.AF_UNIX,
+                                                                  socket.SOCK_STREAM))
+                    os.set_inheritable(r, False)
+                    os.set_inheritable(w, False)
+                else:
+                    r, w = os.pipe2(os.O_CLOEXEC)
                 self._stack.callback(_close_quietly, r)
                 self._stack.callback(_close_quietly, w)
                 ours.append(w if i == 0 else r)
@@ -333,16 +343,16 @@ class ColdSpawner:
     in_process = ""
     losses = 0
 
-    async def spawn(self, jail: S, *, stream: bool = False) -> Child[S]:
+    async def spawn(self, jail: S, *, stdio: str = "pipes") -> Child[S]:
         """Start the jail's command as the leader of a new session and group
-        (with `stream`, as `Spawner.spawn`).
+        (with `stdio`, as `Spawner.spawn`).
 
         Raises:
             RunnerError: `spawn_failed`, naming the errno.
         """
         started_us = time.monotonic_ns() // 1000
         try:
-            with RunPipes(stream=stream) as pipes:
+            with RunPipes(stdio=stdio) as pipes:
                 theirs = pipes.theirs
                 pid = await on_spawn_thread(lambda: _popen(jail.command, theirs))
                 pipes.close_theirs()

@@ -103,11 +103,11 @@ async def open_process(
     the run to its end and judge it."""
     with invocation.only_runner_errors():
         request, caps = exec_checks.exec_request(argv, b"", files, (), limits, env)
-        request = msgspec.structs.replace(request, stream=True)
+        request = msgspec.structs.replace(request, stdio="stream")
         frame = encode_frame(request)
-        version = backend.rules_version(limits)
+        version = backend.rules_version(limits, stdio="stream")
     started = await invocation.start(backend, adapter_argv, limits, temp_root, COLD,
-                                     stream=True)
+                                     stdio="stream")
     child = started.child
     assert child.program_stdout is not None
     breach: list[tuple[Reason, str]] = []

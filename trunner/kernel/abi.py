@@ -54,8 +54,14 @@ PLAN_FIELDS = (
     "version", "env", "process_limit", "jail_nproc", "memory", "cpu", "rlimits", "ipc_limits",
     "build_userns", "unshare_flags", "uid", "gid", "jail_id", "loopback", "root_ops", "proc_ops",
     "scratch", "staging", "hostname", "workdir", "landlock", "parent_pid", "seccomp_bpf",
-    "waiter_bpf", "unsafe_skip",
+    "waiter_bpf", "unsafe_skip", "stdio",
 )
+#: What the program's stdio are (the plan's `stdio`): "pipes", the
+#: adapter's (fd 0, 1, 2 only); "stream", the parent's own pipes, its
+#: stdout at STREAM_FD (`Runner.open_process`); "pty", a pty pid 2
+#: allocates in the run's own devpts, whose controlling side goes to the
+#: parent over the socket at STREAM_FD (SCM_RIGHTS).
+STDIO_KINDS = ("pipes", "stream", "pty")
 #: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
 #: version). Nothing else is ever skipped. (Not the namespaces: the jail's
 #: root, which Landlock's paths name, is built in them.)
@@ -127,6 +133,7 @@ IFF_UP = 0x1
 
 S_IFMT = 0o170000
 S_IFIFO = 0o010000
+S_IFSOCK = 0o140000
 S_IFDIR = 0o040000
 S_IFLNK = 0o120000
 S_IFREG = 0o100000

@@ -120,16 +120,16 @@ class ForkServer:
                 said = self._said = await _stop(server)
         return said
 
-    async def spawn(self, jail: S, *, stream: bool = False) -> Child[S]:
+    async def spawn(self, jail: S, *, stdio: str = "pipes") -> Child[S]:
         """Start `jail`'s leader through the server (see the module's steps).
-        Not `stream`: a server's run message carries exactly `abi.RUN_FDS`
-        descriptors (a streaming run is a cold spawn).
+        Only `stdio` "pipes": a server's run message carries exactly
+        `abi.RUN_FDS` descriptors (a streaming run is a cold spawn).
 
         Raises:
             RunnerError: `sandbox_setup` (refused), `spawn_failed`;
-                `bad_request` with `stream`.
+                `bad_request` for another `stdio`.
         """
-        if stream:
+        if stdio != "pipes":
             raise RunnerError(Reason.BAD_REQUEST, "a fork server does not start streaming"
                               " runs: open them with Runner.open_process")
         stage = [arg.replace("{report_fd}", str(abi.REPORT_FD)) for arg in jail.stage]

@@ -63,7 +63,7 @@ class Request:
     """A decoded protocol.ExecRequest: its wire map, tag checked."""
 
     __slots__ = ("argv", "collect", "cpu_time_s", "env", "files", "stderr_max_bytes", "stdin",
-                 "stdout_max_bytes", "stream", "wall_time_s")
+                 "stdio", "stdout_max_bytes", "wall_time_s")
 
     def __init__(self, body: Any) -> None:  # noqa: ANN401  a decoded msgpack value
         if not isinstance(body, dict) or body.get("type") != "exec_request":
@@ -80,8 +80,8 @@ class Request:
         self.stderr_max_bytes: int = body["stderr_max_bytes"]
         self.wall_time_s: float = body["wall_time_s"]
         self.cpu_time_s: float = body["cpu_time_s"]
-        #: A streaming run: the program's stdio are the parent's own pipes.
-        self.stream: bool = body.get("stream", False)
+        #: "pipes"; streaming, "stream" or "pty" (`_run_streaming`).
+        self.stdio: str = body["stdio"]
 
 
 def result(code: int, stdout: bytes, stderr: bytes, files: list[dict[str, object]],
@@ -199,7 +199,7 @@ def run_exec(body: object) -> dict[str, object]:
     place(request.files)
     _prepare(request.collect)
     began = time.monotonic()
-    if request.stream:
+    if request.stdio != "pipes":
         return _run_streaming(request, began)
     try:
         pid, stdin_w, out_r, err_r = _spawn(request.argv, request.env)
