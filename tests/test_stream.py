@@ -244,3 +244,64 @@ async def test_the_program_cannot_reach_the_reply_pipe(runner: Runner) -> None:
     theirs = run_pipes - own  # the adapter's reply pipe and the helper's report pipe
     assert len(theirs) == 2
     assert not theirs & seen
+
+
+#: On a pty: whether each stdio is a tty, its window size once the caller
+#: has set it, and whether TIOCSTI (typing into the terminal) is allowed.
+PTY_PROBE = [sys.executable, "-c", """
+import fcntl, os, sys, termios
+print('tty', os.isatty(0), os.isatty(1), os.isatty(2), flush=True)
+line = sys.stdin.readline()
+size = os.get_terminal_size(0)
+print('size', size.lines, size.columns, flush=True)
+try:
+    fcntl.ioctl(0, termios.TIOCSTI, b'x')
+    print('tiocsti allowed', flush=True)
+except OSError as e:
+    print('tiocsti', e.errno, flush=True)
+os.write(2, b'err\\n')
+fd = os.open('/dev/tty', os.O_RDWR)
+print('ctty', os.isatty(fd), flush=True)
+"""]
+
+
+async def test_a_pty_is_a_tty_takes_a_window_size_and_refuses_tiocsti(runner: Runner) -> None:
+    async with runner.open_process(PTY_PROBE, pty=True) as p:
+        assert p.is_pty
+        assert await read_until(p.stdout, b"\n") == b"tty True True True\r\n"
+        p.set_window_size(rows=33, columns=101)
+        await p.stdin.send_all(b"go\n")
+        rest = await read_until(p.stdout, b"")
+    assert b"size 33 101\r\n" in rest
+    assert b"tiocsti 1\r\n" in rest  # EPERM: seccomp denies it, as in any run
+    assert b"tiocsti allowed" not in rest
+    assert b"err\r\n" in rest  # stderr is on the same stream
+    assert b"ctty True\r\n" in rest  # its controlling terminal
+    assert p.result is not None
+    assert p.result.response.exit_code == 0
+    assert p.result.rules_version == runner.backend.rules_version(runner.limits, stdio="pty")
+
+
+async def test_a_pty_past_the_stdout_cap_raises_with_no_result(runner: Runner) -> None:
+    limits = runner.limits.replace(stdout_max_bytes=1000)
+    flood = [sys.executable, "-c", "import os, time\nos.write(2, b'e' * 1001)\ntime.sleep(1e9)"]
+    process: list[StreamingProcess] = []
+
+    async def talk() -> None:
+        async with runner.open_process(flood, limits=limits, pty=True) as p:
+            process.append(p)
+            while await p.stdout.receive_some():
+                pass
+
+    with pytest.raises(RunnerError) as info:
+        await talk()
+    assert info.value.reason is Reason.STDOUT_CAP
+    assert process[0].result is None
+    assert child_pids() == []
+
+
+async def test_the_window_size_needs_a_pty(runner: Runner) -> None:
+    async with runner.open_process([sys.executable, "-c", "pass"]) as p:
+        assert not p.is_pty
+        with pytest.raises(ValueError, match="pty=True"):
+            p.set_window_size(rows=1, columns=1)

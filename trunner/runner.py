@@ -261,6 +261,7 @@ class Runner:
         files: Mapping[str, bytes | ExecFile] | None = None,
         env: Mapping[str, str] | None = None,
         limits: Limits | None = None,
+        pty: bool = False,
     ) -> AbstractAsyncContextManager[StreamingProcess]:
         """Run a program inside the jail, as `exec` does, and talk to it
         while it runs: `async with runner.open_process(argv) as p:`, then
@@ -274,6 +275,13 @@ class Runner:
         within its limits. `p.result` (the exit and the usage, verified:
         `ExecResult` with no output) is set only after a clean end.
 
+        With `pty`, the program runs on a pty of the run's own devpts (its
+        controlling terminal) whose other side is `p.stdin` and `p.stdout`:
+        stdout and stderr are one stream, capped by `stdout_max_bytes`;
+        `p.set_window_size(rows=, columns=)` sets its size. The plan names
+        the stdio (`stream`, `pty`), so such runs have a rules version of
+        their own.
+
         Raises:
             RunnerError: from the `async with`, as `exec` would: `bad_request`
                 before anything is spawned; `timeout`, `cpu_time`,
@@ -284,7 +292,7 @@ class Runner:
 
         return streaming.open_process(self._backend, self._adapter_argv("exec"),
                                       self._limits(limits), self.temp_root, argv,
-                                      files=files, env=env)
+                                      files=files, env=env, pty=pty)
 
     def _adapter_argv(self, mode: str) -> tuple[str, ...]:
         return self._backend.adapter_argv(mode, builtin=mode in BUILTIN_MODES)
