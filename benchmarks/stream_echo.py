@@ -56,7 +56,8 @@ async def measure(n: int) -> dict[str, Any]:
         bare_proc = await trio.lowlevel.open_process(ECHO, stdin=subprocess.PIPE,
                                                      stdout=subprocess.PIPE)
         try:
-            assert bare_proc.stdin is not None and bare_proc.stdout is not None
+            assert bare_proc.stdin is not None
+            assert bare_proc.stdout is not None
             # One warm-up trip each (the programs' start is not timed).
             await round_trips(p.stdin, p.stdout, 1, [])
             await round_trips(bare_proc.stdin, bare_proc.stdout, 1, [])
