@@ -305,3 +305,56 @@ async def test_the_window_size_needs_a_pty(runner: Runner) -> None:
         assert not p.is_pty
         with pytest.raises(ValueError, match="pty=True"):
             p.set_window_size(rows=1, columns=1)
+
+
+# -- through the pool: the fork server starts the jail, in one of its slots ----
+
+
+async def test_through_the_pool_a_program_answers_a_prompt(runner: Runner) -> None:
+    async with runner.pool("exec", size=1) as pool:
+        await pool.exec([sys.executable, "-c", "pass"])  # a prewarmed worker served
+        async with pool.open_process(PROMPT) as p:
+            assert await read_until(p.stdout, b"a? ") == b"a? "
+            await p.stdin.send_all(b"20\n")
+            assert await read_until(p.stdout, b"b? ") == b"b? "
+            await p.stdin.send_all(b"22\n")
+            assert await read_until(p.stdout, b"\n") == b"42\n"
+        assert p.result is not None
+        assert p.result.response.exit_code == 0
+        assert p.result.rules_version == runner.backend.rules_version(runner.limits,
+                                                                      stdio="stream")
+        # The pool goes on serving as before.
+        assert (await pool.exec([sys.executable, "-c", "print(1)"])).response.stdout == b"1\n"
+    assert child_pids() == []
+
+
+async def test_through_the_pool_a_breach_raises_with_no_result(runner: Runner) -> None:
+    limits = runner.limits.replace(stderr_max_bytes=10)
+    noisy = [sys.executable, "-c", "import os, time\nos.write(2, b'e' * 11)\ntime.sleep(1e9)"]
+    process: list[StreamingProcess] = []
+
+    async def talk() -> None:
+        async with runner.pool("exec", size=1) as pool, pool.open_process(
+                noisy, limits=limits) as p:
+            process.append(p)
+            while await p.stderr.receive_some():
+                pass
+
+    with pytest.raises(RunnerError) as info:
+        await talk()
+    assert info.value.reason is Reason.STDERR_CAP
+    assert process[0].result is None
+    assert child_pids() == []
+
+
+async def test_through_the_pool_a_pty_takes_a_window_size(runner: Runner) -> None:
+    async with runner.pool("exec", size=1) as pool:
+        async with pool.open_process(PTY_PROBE, pty=True) as p:
+            assert await read_until(p.stdout, b"\n") == b"tty True True True\r\n"
+            p.set_window_size(rows=7, columns=9)
+            await p.stdin.send_all(b"go\n")
+            rest = await read_until(p.stdout, b"")
+        assert b"size 7 9\r\n" in rest
+        assert b"ctty True\r\n" in rest
+        assert p.result is not None
+        assert p.result.response.exit_code == 0

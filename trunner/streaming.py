@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from trunner.jail import JailBackend
     from trunner.limits import Limits
     from trunner.protocol import ExecFile
+    from trunner.spawn import Spawner
 
 #: Largest single read a `CappedStream` asks of its pipe.
 READ_CHUNK_BYTES = 64 * 1024
@@ -141,7 +142,7 @@ class StreamingProcess:
 async def open_process(
     backend: JailBackend, adapter_argv: Sequence[str], limits: Limits, temp_root: str | None,
     argv: Sequence[str], *, files: Mapping[str, bytes | ExecFile] | None = None,
-    env: Mapping[str, str] | None = None, pty: bool = False,
+    env: Mapping[str, str] | None = None, pty: bool = False, spawner: Spawner = COLD,
 ) -> AsyncIterator[StreamingProcess]:
     """`Runner.open_process`'s pipeline: check, start cold with a stream
     pipe (or a socket, for a pty), send the request frame, (receive the
@@ -153,7 +154,7 @@ async def open_process(
         request = msgspec.structs.replace(request, stdio=stdio)
         frame = encode_frame(request)
         version = backend.rules_version(limits, stdio=stdio)
-    started = await invocation.start(backend, adapter_argv, limits, temp_root, COLD,
+    started = await invocation.start(backend, adapter_argv, limits, temp_root, spawner,
                                      stdio=stdio)
     child = started.child
     assert child.program_stdout is not None

@@ -97,6 +97,10 @@ READY_NOTE = b"ready"
 #: descriptors, in order: the run's stdin, stdout, stderr, report pipe, its
 #: link to the parent, its jail dir.
 RUN_FDS = 6
+#: A streaming run's message carries one more, last: the program's stdout
+#: pipe (or a pty's socket), which the leader puts at STREAM_FD; its stage
+#: then names `REPORT_FD,STREAM_FD`.
+STREAM_RUN_FDS = RUN_FDS + 1
 #: Modes built into the worker (`trunner.worker.adapters`): the MODE a fork
 #: server's pid 2 may serve in-process.
 BUILTIN_MODES = ("echo", "exec")
