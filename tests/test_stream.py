@@ -5,7 +5,10 @@ clean end. Real jails, real pipes; no duration asserts."""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -17,6 +20,8 @@ from trunner import Reason, Runner, RunnerError
 
 if TYPE_CHECKING:
     from trunner.streaming import StreamingProcess
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: A program that asks for two numbers, one prompt at a time, and answers.
 PROMPT = [sys.executable, "-c", (
@@ -358,3 +363,17 @@ async def test_through_the_pool_a_pty_takes_a_window_size(runner: Runner) -> Non
         assert b"ctty True\r\n" in rest
         assert p.result is not None
         assert p.result.response.exit_code == 0
+
+
+def test_the_docs_block_runs(tmp_path: Path) -> None:
+    """docs/streaming.md, "A pty": its block, run as written."""
+    text = (ROOT / "docs" / "streaming.md").read_text()
+    section = text.split("\n## A pty\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"^```python\n(.*?)^```$", section, re.M | re.S)
+    assert block is not None
+    (tmp_path / "pty.py").write_text(block.group(1))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "pty.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=scaled(120))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[b'24 100', b'tty'] 0\n"
