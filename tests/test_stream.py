@@ -16,7 +16,10 @@ import trio
 
 from conftest import child_pids
 from support import scaled
-from trunner import Reason, Runner, RunnerError
+from trunner import Reason, Runner, RunnerError, invocation
+from trunner.backend import close_jail, open_jail
+from trunner.kernel.abi import STREAM_FD
+from trunner.spawn import COLD
 
 if TYPE_CHECKING:
     from trunner.streaming import StreamingProcess
@@ -377,3 +380,30 @@ def test_the_docs_block_runs(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[b'24 100', b'tty'] 0\n"
+
+
+@pytest.mark.parametrize(("planned", "handed", "why"), [
+    ("pipes", "stream", "descriptors: stdio 'pipes' but a stream descriptor"),
+    ("stream", "pipes", "descriptors: stdio 'stream' but no stream descriptor"),
+    ("pty", "stream", f"descriptors: fd {STREAM_FD} is not the runner's socket"),
+    ("stream", "pty", f"descriptors: fd {STREAM_FD} is not the runner's pipe"),
+])
+async def test_the_helper_takes_exactly_the_descriptors_its_plan_names(
+    runner: Runner, planned: str, handed: str, why: str,
+) -> None:
+    """The plan's `stdio` decides what may enter: a descriptor it does not
+    name, or one of another kind, refuses the run before any program."""
+    limits = runner.limits
+    jail = await open_jail(runner.backend, runner.backend.adapter_argv("exec", builtin=True),
+                           limits, runner.temp_root, "", planned)
+    try:
+        child = await COLD.spawn(jail, stdio=handed)
+    except BaseException:
+        await close_jail(jail)
+        raise
+    outcome = await invocation.serve(invocation.Started(jail, child), b"",
+                                     invocation.Caps.of(limits))
+    with pytest.raises(RunnerError) as info:
+        invocation.judge(outcome, jail, limits.stdout_max_bytes)
+    assert info.value.reason is Reason.SANDBOX_SETUP
+    assert why in info.value.detail
