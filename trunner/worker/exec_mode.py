@@ -2,7 +2,8 @@
 this jail, capture its output within the caps, collect the files asked for.
 
 Runs in the jailed adapter of every `exec` spawn, so it imports only
-posix, time, select and resource (fnmatch only for a wildcard pattern): no os
+posix, time, select and resource (fnmatch only for a wildcard pattern,
+_socket only for a pty, before the program starts): no os
 (~1.5 ms without site, which would have imported it), no subprocess
 (~9 ms: locale, re, enum, threading), no msgspec, no typing. Request and
 reply are plain values laid out as protocol.ExecRequest and ExecResult
