@@ -407,3 +407,21 @@ async def test_the_helper_takes_exactly_the_descriptors_its_plan_names(
         invocation.judge(outcome, jail, limits.stdout_max_bytes)
     assert info.value.reason is Reason.SANDBOX_SETUP
     assert why in info.value.detail
+
+
+@pytest.mark.parametrize("pty", [False, True], ids=["pipes", "pty"])
+async def test_a_program_not_found_ends_127_with_its_line_on_its_stderr(
+    runner: Runner, pty: bool,
+) -> None:
+    async with runner.open_process(["no-such-program"], pty=pty) as p:
+        said = await read_until(p.stdout if pty else p.stderr, b"")
+    assert said.replace(b"\r\n", b"\n") == b"trunner: no-such-program: not found\n"
+    assert p.result is not None
+    assert p.result.response.exit_code == 127
+
+
+async def test_files_are_placed_before_the_program_starts(runner: Runner) -> None:
+    async with runner.open_process(["cat", "in.txt"], files={"in.txt": b"placed\n"}) as p:
+        assert await read_until(p.stdout, b"") == b"placed\n"
+    assert p.result is not None
+    assert p.result.response.exit_code == 0

@@ -168,23 +168,33 @@ async def open_process(
         body.cancel(reason=reason.value)
 
     control: trio.lowlevel.FdStream | None = None
+    concluded = False  # the run was seen to its end (and its jail closed) before the body
     deadline = trio.current_time() + caps.wall_time_s
     try:
         with invocation.only_runner_errors():
             started.jail.admit(len(frame))
             # The frame goes first on the program's stdin pipe: the adapter
             # reads exactly its length, the program everything after it.
-            await child.stdin.send_all(frame)
-            if pty:
-                with trio.move_on_at(deadline):
+            sent, fd = False, None
+            with trio.move_on_at(deadline):
+                try:
+                    await child.stdin.send_all(frame)
+                    sent = True
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass  # the helper or the adapter ended first: its end says why
+                if sent and pty:
                     fd = await _receive_pty(child.program_stdout)
-                if fd is None:  # the adapter failed, or the deadline passed: its end says why
-                    outcome = await invocation.serve(
-                        started, b"", invocation.Caps(
-                            max(deadline - trio.current_time(), 0.0), caps.stdout_max_bytes,
-                                                      caps.stderr_max_bytes, program_only=True))
-                    invocation.judge(outcome, started.jail, caps.stdout_max_bytes, ExecResult)
-                    raise RunnerError(Reason.SANDBOX_SETUP, "the exec adapter sent no pty")
+            if not sent or (pty and fd is None):
+                # Refused, failed, or past the deadline: the run's end says which.
+                outcome = await invocation.serve(
+                    started, b"", invocation.Caps(
+                        max(deadline - trio.current_time(), 0.0), caps.stdout_max_bytes,
+                        caps.stderr_max_bytes, program_only=True))
+                concluded = True
+                invocation.judge(outcome, started.jail, caps.stdout_max_bytes, ExecResult)
+                raise RunnerError(Reason.INTERNAL_ERROR, "the exec adapter took no request"
+                                  " or sent no pty, yet replied")
+            if fd is not None:
                 control = trio.lowlevel.FdStream(fd)
         if control is not None:
             process = StreamingProcess(
@@ -210,7 +220,8 @@ async def open_process(
         with trio.CancelScope(shield=True):
             if control is not None:
                 await control.aclose()
-            await invocation.discard(started)
+            if not concluded:
+                await invocation.discard(started)
         raise
     left = 0.0 if breach else max(deadline - trio.current_time(), 0.0)
     unread = control if control is not None else child.program_stdout

@@ -253,7 +253,6 @@ def _run_streaming(request: Request, began: float,
     try:
         pid = _spawn_streaming(request.argv, request.env, pty)
     except NotRun as e:
-        _write_all(2, e.line)
         elapsed_s = time.monotonic() - began
         return result(e.code, b"", b"", [], [], elapsed_s, tree_usage(elapsed_s))
     meter = Meter(began, request.wall_time_s, request.cpu_time_s)
@@ -331,7 +330,9 @@ def _spawn_streaming(argv: list[str], env: Mapping[str, str],
         return posix.posix_spawnp(argv[0], argv, environ, file_actions=actions,
                                   setsigdef=(SIGPIPE, SIGXFSZ), setsid=True)
     except OSError as e:
-        raise _not_run(argv[0], e) from None
+        error = _not_run(argv[0], e)
+        _write_all(2 if pty is None else pty[1], error.line)  # where its stderr would be
+        raise error from None
     finally:
         prog.leave()
         for fd in (0, STREAM_FD) if pty is None else (0, pty[1]):
