@@ -284,6 +284,20 @@ def test_helper_steps_quick_reports_every_figure(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_stream_echo_quick_reports_both_medians(tmp_path: Path) -> None:
+    """benchmarks/stream_echo.py: one-byte round trips through open_process
+    and through a bare pipe pair, each figure there and positive."""
+    report = run_quick_json("stream_echo.py", tmp_path)
+    for name in ("open_process", "bare_pipes"):
+        fig = report[name]
+        assert fig["n"] == 50
+        for key in ("p50_us", "p90_us", "min_us", "max_us"):
+            assert positive(fig[key]), (name, key)
+        assert fig["min_us"] <= fig["p50_us"] <= fig["p90_us"] <= fig["max_us"]
+    assert positive(report["ratio_p50"])
+
+
+@pytest.mark.slow
 def test_exit_chain_reports_every_step(tmp_path: Path) -> None:
     """benchmarks/exit_chain.py (root: it reads the kernel's trace) names
     every step of a prewarmed call, each with a non-negative time."""

@@ -185,11 +185,13 @@ def test_every_kind_of_item_reads_back_to_its_plain_values(field: str,
     assert type(got[0] if many else got).__name__ in (type(item).__name__, "NoneType")
 
 
-async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path) -> None:
+@pytest.mark.parametrize("stdio", abi.STDIO_KINDS)
+async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path, stdio: str) -> None:
     backend = LinuxBackend(locate_worker())
     limits = Limits(processes=7)
     jail_dir = tempfile.mkdtemp(dir=jail_root)
-    jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=("/bin/true",), limits=limits)
+    jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=("/bin/true",), limits=limits,
+                             stdio=stdio)
     try:
         argv = list(jail.command.argv)
         at = argv.index("helper") + 1
@@ -201,10 +203,13 @@ async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path) -> None
     seen = read_back(read)
     env = environment(DEFAULT_PROFILE.environment)
     hashed = hashed_plan(seen, backend.host_paths(), env)
-    document = backend.rules_document(limits)["plan"]
-    for name in abi.PLAN_FIELDS:
+    document = backend.rules_document(limits, stdio=stdio)["plan"]
+    assert seen["stdio"] == stdio
+    # "pipes", the default, is hashed as before the field existed: absent.
+    fields = {*abi.PLAN_FIELDS} - ({"stdio"} if stdio == "pipes" else set())
+    for name in fields:
         assert hashed[name] == document[name], name
-    assert set(document) == {*abi.PLAN_FIELDS}
+    assert set(document) == set(hashed) == fields
     # The per-run values the helper got, and their placeholders.
     assert (document["uid"], document["gid"], document["parent_pid"]) == (HOST_UID, HOST_GID, 0)
     assert seen["parent_pid"] == os.getpid()
@@ -276,6 +281,8 @@ CHECKS: dict[str, Any] = {
         seccomp.without_memory_cgroup(DEFAULT_PROFILE.seccomp)),
     "waiter_bpf": lambda v: v == seccomp.waiter_bpf() and len(v) < len(seccomp.build_bpf()) // 20,
     "unsafe_skip": lambda v: v == ("seccomp",),
+    # Planned as "pipes"; a streaming run's jail names its own (`open_jail`).
+    "stdio": lambda v: v == "pipes",
 }
 
 

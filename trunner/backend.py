@@ -104,7 +104,7 @@ async def remove_jail_dir(path: str) -> bool:
 
 
 async def open_jail(backend: JailBackend, adapter_argv: Sequence[str], limits: Limits,
-                    temp_root: str | None, in_process: str = "") -> Jail:
+                    temp_root: str | None, in_process: str = "", stdio: str = "pipes") -> Jail:
     """A jail dir and the backend's jail in it.
 
     Raises:
@@ -114,7 +114,7 @@ async def open_jail(backend: JailBackend, adapter_argv: Sequence[str], limits: L
     jail_dir = make_jail_dir(temp_root)
     try:
         return backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits,
-                                 in_process=in_process)
+                                 in_process=in_process, stdio=stdio)
     except BaseException:
         await remove_jail_dir(jail_dir)  # the error in flight is the reason
         raise

@@ -121,7 +121,7 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
             # 13. capabilities dropped, inside every namespace.
             ("capabilities", _drop_capabilities),
             # 14. descriptors: after every step that opens files.
-            ("descriptors", _close_inherited_fds),
+            ("descriptors", _close_inherited_fds, plan.stdio),
             # 15. NO_NEW_PRIVS, required by Landlock and seccomp as non-root.
             ("no_new_privs", install.set_no_new_privs),
             # 16. Landlock on the jail's own paths (its syscalls must not be
@@ -147,11 +147,30 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
 
 
 def _take_report_fd(text: str) -> None:
-    """Move the report pipe to REPORT_FD, before anything can fail."""
+    """Move the report pipe to REPORT_FD, before anything can fail; in a
+    streaming run (`FD,STREAM`), the program's stdout pipe to STREAM_FD.
+    Each first goes through a descriptor on neither slot, so that neither
+    move can close the other's source (the parent's numbers are any)."""
     try:
-        fd = int(text)
-        if fd != REPORT_FD:
-            posix.dup2(fd, REPORT_FD)
+        report, _, stream = text.partition(",")
+        moves = [(int(report), REPORT_FD)]
+        if stream:
+            moves.append((int(stream), abi.STREAM_FD))
+            _streaming.append(abi.STREAM_FD)
+        slots = {slot for _, slot in moves}
+        held: list[tuple[int, int]] = []
+        for fd, slot in moves:
+            if fd == slot:
+                continue
+            spare = [posix.dup(fd)]
+            while spare[-1] in slots:
+                spare.append(posix.dup(fd))
+            for extra in spare[:-1]:
+                posix.close(extra)
+            posix.close(fd)
+            held.append((spare[-1], slot))
+        for fd, slot in held:
+            posix.dup2(fd, slot)
             posix.close(fd)
     except (ValueError, OSError) as e:
         posix.write(2, f"trunner-helper: no report pipe ({e})\n".encode())
@@ -386,6 +405,9 @@ class Plan:
         self.seccomp_bpf = _field(data, "seccomp_bpf", bytes)
         self.waiter_bpf = _field(data, "waiter_bpf", bytes)
         self.unsafe_skip = _strs(data, "unsafe_skip")
+        self.stdio = _field(data, "stdio", str)
+        if self.stdio not in abi.STDIO_KINDS:
+            raise ValueError(f"stdio {self.stdio!r} is not one of {', '.join(abi.STDIO_KINDS)}")
         skipped = [name for name in self.unsafe_skip if name not in SKIPPABLE]
         if skipped:
             raise ValueError(f"cannot skip {', '.join(skipped)}")
@@ -844,7 +866,7 @@ def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes,
     static binary of a few pages waits and exits last, not an interpreter:
     a Python process's exit costs ~0.5 ms more on every run's path."""
     try:
-        for fd in (0, 1, 2):  # the jail's pipes are the jail's alone
+        for fd in (0, 1, 2, *_streaming):  # the jail's pipes are the jail's alone
             posix.close(fd)
         _confine_self(bpf, None)
         for fd in (ends, proc):
@@ -856,10 +878,20 @@ def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes,
         _fail(SetupError(f"pid_namespace: helper: {type(e).__name__}: {e}"))
 
 
-def _close_inherited_fds() -> None:
-    for fd in (0, 1, 2, REPORT_FD):
-        if posix.fstat(fd).st_mode & abi.S_IFMT != abi.S_IFIFO:
-            raise SetupError(f"descriptors: fd {fd} is not the runner's pipe")
+#: [STREAM_FD] in a streaming run, else empty.
+_streaming: "list[int]" = []
+
+
+def _close_inherited_fds(stdio: str) -> None:
+    # The plan says what the parent hands over; nothing else passes.
+    if bool(_streaming) != (stdio != "pipes"):
+        raise SetupError(f"descriptors: stdio {stdio!r} but"
+                         f" {'a' if _streaming else 'no'} stream descriptor")
+    for fd in (0, 1, 2, REPORT_FD, *_streaming):
+        kind = abi.S_IFSOCK if fd == abi.STREAM_FD and stdio == "pty" else abi.S_IFIFO
+        if posix.fstat(fd).st_mode & abi.S_IFMT != kind:
+            raise SetupError(f"descriptors: fd {fd} is not the runner's"
+                             f" {'socket' if kind == abi.S_IFSOCK else 'pipe'}")
     install.set_cloexec(REPORT_FD)  # closed by the exec: EOF tells the parent it happened
     # The program's cgroup files pass to the adapter (which makes them
     # close-on-exec before any program runs); every other slot is closed.
@@ -871,7 +903,9 @@ def _close_inherited_fds() -> None:
                 posix.close(fd)
             except OSError:
                 pass
-    install.close_from(abi.CGROUP_FDS[-1] + 1)
+    if _streaming:  # the program's stdout, for the adapter to hand on
+        posix.set_inheritable(abi.STREAM_FD, True)
+    install.close_from(abi.STREAM_FD + 1 if _streaming else abi.CGROUP_FDS[-1] + 1)
 
 
 def _restrict_filesystem(ruleset: "LandlockPlan") -> None:

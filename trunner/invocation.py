@@ -23,7 +23,7 @@ import trio
 from trunner.backend import close_jail, open_jail
 from trunner.errors import CAPTURED_REASONS, Reason, RunnerError
 from trunner.jail import Jail  # noqa: TC001  annotates Started
-from trunner.nursery_run import Outcome, supervise
+from trunner.nursery_run import Drain, Outcome, supervise
 from trunner.output import CapturedOutput
 from trunner.protocol import HEADER_BYTES, ExecResult, Usage, decode_single_frame, encode_frame
 from trunner.spawn import Child  # noqa: TC001  annotates Started
@@ -82,23 +82,26 @@ class Started:
 
 
 async def start(backend: JailBackend, adapter_argv: Sequence[str], limits: Limits,
-                temp_root: str | None, spawner: Spawner) -> Started:
-    """Open a jail for `spawner` and start its first stage through it.
+                temp_root: str | None, spawner: Spawner, *, stdio: str = "pipes") -> Started:
+    """Open a jail for `spawner` and start its first stage through it (with
+    `stdio` other than "pipes", a streaming run: `Spawner.spawn`).
 
     Raises:
         RunnerError: `spawn_failed`, or the backend's refusal.
     """
-    jail = await open_jail(backend, adapter_argv, limits, temp_root, spawner.in_process)
+    jail = await open_jail(backend, adapter_argv, limits, temp_root, spawner.in_process, stdio)
     try:
-        return Started(jail, await spawner.spawn(jail))
+        return Started(jail, await spawner.spawn(jail, stdio=stdio))
     except BaseException:
         await close_jail(jail)
         raise
 
 
-async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
+async def serve(started: Started, frame: bytes, caps: Caps,
+                *, streams: Sequence[Drain] = ()) -> Outcome:
     """Feed `frame` to a started child, see it to its end, close its jail.
-    The deadline starts now."""
+    The deadline starts now. `streams`: more pipes to drain, each capped
+    (`supervise`)."""
     deadline = trio.current_time() + caps.wall_time_s
     try:
         started.jail.admit(len(frame))
@@ -110,6 +113,7 @@ async def serve(started: Started, frame: bytes, caps: Caps) -> Outcome:
             stderr_max_bytes=caps.stderr_max_bytes,
             cpu_time_s=caps.cpu_time_s,
             program_only=caps.program_only,
+            streams=streams,
         )
     finally:
         oom_kills = started.jail.oom_kills()

@@ -190,16 +190,18 @@ class JailBackend(Protocol):
         trunner's own, which needs no site-packages)."""
 
     def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits,
-                  in_process: str = "") -> Jail:
+                  in_process: str = "", stdio: str = "pipes") -> Jail:
         """Build one invocation's jail, its pid 2 serving the built-in mode
-        `in_process` without an exec (a fork server's runs; "": none).
-        Raises `RunnerError` on refusal."""
+        `in_process` without an exec (a fork server's runs; "": none), its
+        program's stdio `stdio` (`abi.STDIO_KINDS`). Raises `RunnerError`
+        on refusal."""
 
-    def rules_document(self, limits: Limits) -> Mapping[str, object]:
-        """What the effective rules version hashes for runs with `limits`."""
+    def rules_document(self, limits: Limits, *, stdio: str = "pipes") -> Mapping[str, object]:
+        """What the effective rules version hashes for runs with `limits`
+        (and `stdio`)."""
 
-    def rules_version(self, limits: Limits) -> str:
-        """The effective rules version for runs with `limits`."""
+    def rules_version(self, limits: Limits, *, stdio: str = "pipes") -> str:
+        """The effective rules version for runs with `limits` (and `stdio`)."""
 
     def sweep(self, temp_root: str | None) -> list[str]:
         """Remove what dead owners of this uid left (jail dirs, cgroups)."""

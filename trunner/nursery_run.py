@@ -21,6 +21,8 @@ import trio
 from trunner.errors import Reason
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from trunner.jail import Figures, Jail
     from trunner.spawn import Child
 
@@ -32,6 +34,19 @@ DRAIN_GRACE_S = 1.0
 READ_CHUNK_BYTES = 1024 * 1024
 #: The closest two polls of a run's CPU time come.
 MIN_CPU_POLL_S = 0.005
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One more stream `supervise` reads to its end and discards, up to
+    `cap_bytes` (one byte past it is a breach, with `reason`): a streaming
+    run's program output the caller left unread."""
+
+    stream: trio.abc.ReceiveStream
+    cap_bytes: int
+    reason: Reason
+    #: The cap as the caller set it (`cap_bytes` may be what is left of it).
+    full_cap_bytes: int
 
 
 @dataclass
@@ -71,6 +86,7 @@ async def supervise(
     drain_grace_s: float = DRAIN_GRACE_S,
     cpu_time_s: float | None = None,
     program_only: bool = False,
+    streams: Sequence[Drain] = (),
 ) -> Outcome:
     """Feed `request`, drain both streams, and see `child` to its end.
 
@@ -138,15 +154,20 @@ async def supervise(
                 await trio.sleep(every)
 
     async def drain(
-        stream: trio.lowlevel.FdStream, cap: int, buf: bytearray, reason: Reason
+        stream: trio.abc.ReceiveStream, cap: int, buf: bytearray, reason: Reason,
+        full_cap: int | None = None, keep: bool = True,
     ) -> None:
+        seen = 0
         try:
             # Never ask for more than one byte past the cap.
-            while chunk := await stream.receive_some(min(READ_CHUNK_BYTES, cap - len(buf) + 1)):
-                buf += chunk
-                if len(buf) > cap:
+            while chunk := await stream.receive_some(min(READ_CHUNK_BYTES, cap - seen + 1)):
+                seen += len(chunk)
+                if keep:
+                    buf += chunk
+                if seen > cap:
                     name = reason.value.removesuffix("_cap")
-                    breach(reason, f"{name} went over its cap of {cap} bytes")
+                    breach(reason, f"{name} went over its cap of"
+                           f" {cap if full_cap is None else full_cap} bytes")
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
@@ -166,6 +187,9 @@ async def supervise(
                                Reason.STDOUT_CAP)
             nursery.start_soon(drain, child.stderr, stderr_max_bytes, result.stderr,
                                Reason.STDERR_CAP)
+            for more in streams:
+                nursery.start_soon(drain, more.stream, more.cap_bytes, bytearray(), more.reason,
+                                   more.full_cap_bytes, False)
             await child.wait_exit()
             if result.failure is None:
                 result.wall_s = trio.current_time() - began

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from trunner.invocation import Result
     from trunner.jail import JailBackend
+    from trunner.streaming import StreamingProcess
 
 #: What `not_in_trio` names: the same pool for asyncio callers.
 _ASYNCIO_POOL = "trunner.aio.AsyncioRunner(...).pool(...)"
@@ -161,6 +162,29 @@ class WorkerPool:
         exec_checks.check_exec_reply(result.response, limits, request.collect,
                                      capture_on_failure=capture_on_failure)
         return result
+
+    @asynccontextmanager
+    async def open_process(
+        self, argv: Sequence[str], *, files: Mapping[str, bytes | ExecFile] | None = None,
+        env: Mapping[str, str] | None = None, limits: Limits | None = None, pty: bool = False,
+    ) -> AsyncIterator[StreamingProcess]:
+        """`Runner.open_process` through this `exec` pool's fork server: a
+        jail started for the call (its plan names its stdio, so no
+        prewarmed worker fits), in one of the `size` slots, held until the
+        `async with` ends. The same streams, caps and verdict."""
+        if self._mode != "exec":
+            raise RuntimeError("pool.open_process needs a pool of the 'exec' mode")
+        if not self._open:
+            raise RuntimeError("use the pool inside `async with runner.pool(...)`")
+        from trunner import streaming
+
+        limits = self._call_limits(limits)
+        async with self._slot():
+            self._last_use = trio.current_time()
+            async with streaming.open_process(self._backend, self._argv, limits,
+                                              self._temp_root, argv, files=files, env=env,
+                                              pty=pty, spawner=self._spawner) as process:
+                yield process
 
     def _call_limits(self, limits: Limits | None) -> Limits:
         """The pool's own limits for None or equal ones (so `is` tells a

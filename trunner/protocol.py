@@ -137,6 +137,12 @@ class ExecRequest(msgspec.Struct, tag="exec_request", frozen=True, kw_only=True)
     #: reports the usage; the parent's deadline stays as a backstop.
     wall_time_s: float = 10.0
     cpu_time_s: float = 10.0
+    #: The program's stdio (`abi.STDIO_KINDS`): "pipes", the adapter's; in a
+    #: streaming run (`Runner.open_process`) "stream", the parent's own
+    #: pipes, or "pty", a pty whose controlling side the adapter sends to
+    #: the parent. Streaming, `stdin` and `collect` are empty and the reply
+    #: carries no output.
+    stdio: str = "pipes"
 
 
 class CollectedFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

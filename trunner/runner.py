@@ -26,10 +26,12 @@ from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from contextlib import AbstractAsyncContextManager
 
     from trunner.invocation import Result
     from trunner.jail import JailBackend
     from trunner.pool import WorkerPool
+    from trunner.streaming import StreamingProcess
 
 T = TypeVar("T")
 
@@ -256,6 +258,46 @@ class Runner:
         exec_checks.check_exec_reply(result.response, limits, request.collect,
                                      capture_on_failure=capture_on_failure)
         return result
+
+    def open_process(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, bytes | ExecFile] | None = None,
+        env: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
+        pty: bool = False,
+    ) -> AbstractAsyncContextManager[StreamingProcess]:
+        """Run a program inside the jail, as `exec` does, and talk to it
+        while it runs: `async with runner.open_process(argv) as p:`, then
+        `p.stdin` (a trio SendStream), `p.stdout` and `p.stderr` (trio
+        ReceiveStreams), docs/streaming.md.
+
+        Streamed bytes are unverified output, each stream capped by
+        `stdout_max_bytes` / `stderr_max_bytes` (a read past the cap ends
+        the run). When the body ends, stdin is closed, what the caller left
+        unread is drained (still capped), and the run is seen to its end
+        within its limits. `p.result` (the exit and the usage, verified:
+        `ExecResult` with no output) is set only after a clean end.
+
+        With `pty`, the program runs on a pty of the run's own devpts (its
+        controlling terminal) whose other side is `p.stdin` and `p.stdout`:
+        stdout and stderr are one stream, capped by `stdout_max_bytes`;
+        `p.set_window_size(rows=, columns=)` sets its size. The plan names
+        the stdio (`stream`, `pty`), so such runs have a rules version of
+        their own.
+
+        Raises:
+            RunnerError: from the `async with`, as `exec` would: `bad_request`
+                before anything is spawned; `timeout`, `cpu_time`,
+                `memory_limit`, `stdout_cap`, `stderr_cap`, any other
+                `Reason`; never with a result.
+        """
+        from trunner import streaming
+
+        return streaming.open_process(self._backend, self._adapter_argv("exec"),
+                                      self._limits(limits), self.temp_root, argv,
+                                      files=files, env=env, pty=pty)
 
     def _adapter_argv(self, mode: str) -> tuple[str, ...]:
         return self._backend.adapter_argv(mode, builtin=mode in BUILTIN_MODES)

@@ -25,6 +25,7 @@ import fcntl
 import os
 import queue
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -95,9 +96,11 @@ class Spawner(Protocol):
     #: Requests that failed because a server died with them.
     losses: int
 
-    async def spawn(self, jail: S) -> Child[S]:
+    async def spawn(self, jail: S, *, stdio: str = "pipes") -> Child[S]:
         """Start `jail`'s first stage as the parent's child, its group
-        listed with the watchdog. Raises `RunnerError`."""
+        listed with the watchdog; with `stdio` "stream", with a fifth pipe,
+        the program's own stdout, with "pty" a socket, on which the pty
+        comes (`Child.program_stdout`, `RunPipes`). Raises `RunnerError`."""
 
     async def aclose(self) -> object:
         """Stop what it started."""
@@ -114,6 +117,9 @@ class Pipes(NamedTuple):
     stdout: int
     stderr: int
     report: int
+    #: A streaming run's program stdout, or a pty's socket (`abi.STREAM_FD`
+    #: in the jail), else -1.
+    program_stdout: int = -1
 
 
 J = TypeVar("J", bound=Ending, covariant=True)
@@ -136,6 +142,10 @@ class Child(Generic[J]):
     #: Read end of the helper's report pipe (non-blocking).
     report_fd: int
     jail: J
+    #: A streaming run's program stdout (its stdin and stderr are `stdin`
+    #: and `stderr`; `stdout` carries the adapter's reply alone), or, for a
+    #: pty, the socket the pty's controlling side comes on; else None.
+    program_stdout: trio.lowlevel.FdStream | None = None
     #: Once closed: the leader's exit code (negative: killed by that
     #: signal) and everything the report pipe carried.
     exit_code: int | None = None
@@ -151,7 +161,9 @@ class Child(Generic[J]):
                      stdin=trio.lowlevel.FdStream(pipes.stdin),
                      stdout=trio.lowlevel.FdStream(pipes.stdout),
                      stderr=trio.lowlevel.FdStream(pipes.stderr), report_fd=pipes.report,
-                     jail=jail)
+                     jail=jail,
+                     program_stdout=(trio.lowlevel.FdStream(pipes.program_stdout)
+                                     if pipes.program_stdout >= 0 else None))
 
     async def wait_exit(self) -> None:
         """Wait until the leader exits, without reaping it."""
@@ -185,8 +197,9 @@ class Child(Generic[J]):
                 await self.jail.wait_gone(self.pid, self.report)
             finally:
                 os.close(self.report_fd)
-                for stream in (self.stdin, self.stdout, self.stderr):
-                    await stream.aclose()
+                for stream in (self.stdin, self.stdout, self.stderr, self.program_stdout):
+                    if stream is not None:
+                        await stream.aclose()
 
 
 async def abandon(pid: int, pidfd: int, listed: Ending | None) -> None:
@@ -272,13 +285,19 @@ class RunPipes:
     (`close_theirs`); `take()` hands ours to a `Child`; on an error, whatever
     is still held is closed."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, stdio: str = "pipes") -> None:
         self._stack = contextlib.ExitStack()
         ours: list[int] = []
         theirs: list[int] = []
         try:
-            for i in range(4):
-                r, w = os.pipe2(os.O_CLOEXEC)
+            for i in range(4 if stdio == "pipes" else 5):
+                if i == 4 and stdio == "pty":
+                    r, w = (s.detach() for s in socket.socketpair(socket.AF_UNIX,
+                                                                  socket.SOCK_STREAM))
+                    os.set_inheritable(r, False)
+                    os.set_inheritable(w, False)
+                else:
+                    r, w = os.pipe2(os.O_CLOEXEC)
                 self._stack.callback(_close_quietly, r)
                 self._stack.callback(_close_quietly, w)
                 ours.append(w if i == 0 else r)
@@ -303,7 +322,7 @@ class RunPipes:
     def close_theirs(self) -> None:
         for fd in self.theirs:
             _close_quietly(fd)
-        self.theirs = Pipes(-1, -1, -1, -1)
+        self.theirs = Pipes(-1, -1, -1, -1, -1)
 
     def take(self) -> Pipes:
         """Ours, now the caller's to close; nothing is closed at exit."""
@@ -324,15 +343,16 @@ class ColdSpawner:
     in_process = ""
     losses = 0
 
-    async def spawn(self, jail: S) -> Child[S]:
-        """Start the jail's command as the leader of a new session and group.
+    async def spawn(self, jail: S, *, stdio: str = "pipes") -> Child[S]:
+        """Start the jail's command as the leader of a new session and group
+        (with `stdio`, as `Spawner.spawn`).
 
         Raises:
             RunnerError: `spawn_failed`, naming the errno.
         """
         started_us = time.monotonic_ns() // 1000
         try:
-            with RunPipes() as pipes:
+            with RunPipes(stdio=stdio) as pipes:
                 theirs = pipes.theirs
                 pid = await on_spawn_thread(lambda: _popen(jail.command, theirs))
                 pipes.close_theirs()
@@ -372,7 +392,10 @@ async def spawn(jail: S) -> Child[S]:
 
 def _popen(cmd: Command, theirs: Pipes) -> int:
     """On the spawn thread: `cmd` as our child, the leader of a new session."""
-    argv = [arg.replace("{report_fd}", str(theirs.report)) for arg in cmd.argv]
+    fds = str(theirs.report)
+    if theirs.program_stdout >= 0:  # the helper's `FD,STREAM`
+        fds += f",{theirs.program_stdout}"
+    argv = [arg.replace("{report_fd}", fds) for arg in cmd.argv]
     popen = subprocess.Popen(
         argv,
         stdin=theirs.stdin,
@@ -381,7 +404,7 @@ def _popen(cmd: Command, theirs: Pipes) -> int:
         cwd=cmd.cwd,
         env=dict(cmd.env),
         close_fds=True,
-        pass_fds=(theirs.report,),
+        pass_fds=tuple(fd for fd in (theirs.report, theirs.program_stdout) if fd >= 0),
         start_new_session=True,
     )
     # `Child.aclose` reaps the leader by its pid. A Popen never waited on

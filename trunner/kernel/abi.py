@@ -32,6 +32,12 @@ PROG_PEAK_FD = 7
 PROG_JOIN_FDS = (8, 9, 10)
 SUP_JOIN_FDS = (11, 12, 13)
 CGROUP_FDS = (PROG_CPU_FD, PROG_CPU_SPLIT_FD, PROG_PEAK_FD, *PROG_JOIN_FDS, *SUP_JOIN_FDS)
+#: A streaming run's (`Runner.open_process`) program stdout: the write end
+#: of a pipe the parent made and reads itself, named after the report
+#: pipe in the helper's argv (`FD,STREAM`), moved here and handed to pid 2;
+#: the exec adapter gives it to its program as fd 1 and keeps none of it.
+#: Its fd 1 stays the reply frame's pipe, which the program never gets.
+STREAM_FD = CGROUP_FDS[-1] + 1
 #: A run's cgroup holds no process; its two leaves do: `sup` the helper,
 #: the jail's pid 1 and the adapter, `prog` the program's tree.
 SUP_CGROUP = "sup"
@@ -48,8 +54,14 @@ PLAN_FIELDS = (
     "version", "env", "process_limit", "jail_nproc", "memory", "cpu", "rlimits", "ipc_limits",
     "build_userns", "unshare_flags", "uid", "gid", "jail_id", "loopback", "root_ops", "proc_ops",
     "scratch", "staging", "hostname", "workdir", "landlock", "parent_pid", "seccomp_bpf",
-    "waiter_bpf", "unsafe_skip",
+    "waiter_bpf", "unsafe_skip", "stdio",
 )
+#: What the program's stdio are (the plan's `stdio`): "pipes", the
+#: adapter's (fd 0, 1, 2 only); "stream", the parent's own pipes, its
+#: stdout at STREAM_FD (`Runner.open_process`); "pty", a pty pid 2
+#: allocates in the run's own devpts, whose controlling side goes to the
+#: parent over the socket at STREAM_FD (SCM_RIGHTS).
+STDIO_KINDS = ("pipes", "stream", "pty")
 #: Steps a benchmark may leave out (`unsafe_skip`, hashed into the rules
 #: version). Nothing else is ever skipped. (Not the namespaces: the jail's
 #: root, which Landlock's paths name, is built in them.)
@@ -85,6 +97,10 @@ READY_NOTE = b"ready"
 #: descriptors, in order: the run's stdin, stdout, stderr, report pipe, its
 #: link to the parent, its jail dir.
 RUN_FDS = 6
+#: A streaming run's message carries one more, last: the program's stdout
+#: pipe (or a pty's socket), which the leader puts at STREAM_FD; its stage
+#: then names `REPORT_FD,STREAM_FD`.
+STREAM_RUN_FDS = RUN_FDS + 1
 #: Modes built into the worker (`trunner.worker.adapters`): the MODE a fork
 #: server's pid 2 may serve in-process.
 BUILTIN_MODES = ("echo", "exec")
@@ -121,6 +137,7 @@ IFF_UP = 0x1
 
 S_IFMT = 0o170000
 S_IFIFO = 0o010000
+S_IFSOCK = 0o140000
 S_IFDIR = 0o040000
 S_IFLNK = 0o120000
 S_IFREG = 0o100000

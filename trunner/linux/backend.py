@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 
 from trunner import cleanup, procfs
@@ -442,7 +443,8 @@ class LinuxBackend:
     #: host's memory cgroup, which `settle()` may change).
     _bpf: dict[seccomp.SeccompPolicy, bytes] = field(default_factory=dict, repr=False)
     _launch: tuple[str, ...] | None = field(default=None, repr=False)
-    _prepared: dict[Limits, Prepared] = field(default_factory=dict, repr=False)
+    _prepared: dict[Limits | tuple[Limits, str], Prepared] = field(default_factory=dict,
+                                                                    repr=False)
     _ids_checked: bool = field(default=False, repr=False)
     _binds_checked: bool = field(default=False, repr=False)
     #: `prog`'s current-memory file's name where it is sampled ("": the
@@ -647,8 +649,18 @@ class LinuxBackend:
             self._paths = snapshot(profile_paths(self.profile, self.import_paths, self._etc))
         return self._paths
 
-    def prepared(self, limits: Limits) -> Prepared:
-        """The plan and the rules version for runs with `limits`, made once."""
+    def prepared(self, limits: Limits, stdio: str = "pipes") -> Prepared:
+        """The plan and the rules version for runs with `limits` (and
+        `stdio`, `abi.STDIO_KINDS`), made once."""
+        if stdio != "pipes":
+            done = self._prepared.get((limits, stdio))
+            if done is None:
+                plain_run = self.prepared(limits)
+                plan = msgspec.structs.replace(plain_run.plan, stdio=stdio)
+                document = self._document(limits, plan, self.host_paths())
+                done = Prepared(plan, document, digest(document))
+                self._prepared[(limits, stdio)] = done
+            return done
         done = self._prepared.get(limits)
         if done is None:
             self._ensure_image()
@@ -750,11 +762,11 @@ class LinuxBackend:
                            blake3.blake3(self.root_statement.encode()).hexdigest()}
         return doc
 
-    def rules_document(self, limits: Limits) -> dict[str, Any]:
-        return self.prepared(limits).document
+    def rules_document(self, limits: Limits, *, stdio: str = "pipes") -> dict[str, Any]:
+        return self.prepared(limits, stdio).document
 
-    def rules_version(self, limits: Limits) -> str:
-        return self.prepared(limits).version
+    def rules_version(self, limits: Limits, *, stdio: str = "pipes") -> str:
+        return self.prepared(limits, stdio).version
 
     def _memory_now(self, run: str | None) -> str | None:
         """Where the kernel keeps no peak of the run's `prog` (or
@@ -780,7 +792,8 @@ class LinuxBackend:
                        view_cgroups=view_dirs)
 
     def open_jail(
-        self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits, in_process: str = ""
+        self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits, in_process: str = "",
+        stdio: str = "pipes",
     ) -> LinuxJail:
         self.check()
         launch = self.helper_launch()
@@ -818,6 +831,8 @@ class LinuxBackend:
             jail.admit(0)  # the run's whole bound; its program's is the helper's
             plan = self._plan_for_run(limits, pids_dir, memory_dir,
                                       None if lease is None else lease.id, cpu_dir, view_dirs)
+            if stdio != "pipes":
+                plan = msgspec.structs.replace(plan, stdio=stdio)
             env = self._jail_env
         except BaseException:
             try:

@@ -120,19 +120,22 @@ class ForkServer:
                 said = self._said = await _stop(server)
         return said
 
-    async def spawn(self, jail: S) -> Child[S]:
+    async def spawn(self, jail: S, *, stdio: str = "pipes") -> Child[S]:
         """Start `jail`'s leader through the server (see the module's steps).
+        With `stdio` other than "pipes", the message carries the program's
+        stdout pipe (or a pty's socket) too (`abi.STREAM_RUN_FDS`).
 
         Raises:
             RunnerError: `sandbox_setup` (refused), `spawn_failed`.
         """
-        stage = [arg.replace("{report_fd}", str(abi.REPORT_FD)) for arg in jail.stage]
+        fds = str(abi.REPORT_FD) if stdio == "pipes" else f"{abi.REPORT_FD},{abi.STREAM_FD}"
+        stage = [arg.replace("{report_fd}", fds) for arg in jail.stage]
         message = marshal.dumps((stage, jail.in_process))
         link, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with trio.CancelScope(shield=True):
             try:
                 with trio.fail_after(REPLY_BOUND_S):
-                    child = await self._spawn(jail, message, link, theirs)
+                    child = await self._spawn(jail, message, link, theirs, stdio)
             except OSError as e:
                 raise RunnerError(Reason.SPAWN_FAILED, f"fork server: {e.strerror} (errno"
                                   f" {e.errno})") from None
@@ -145,14 +148,16 @@ class ForkServer:
         return child
 
     async def _spawn(self, jail: S, message: bytes, link: socket.socket,
-                     theirs: socket.socket) -> Child[S]:
+                     theirs: socket.socket, stdio: str) -> Child[S]:
         started_us = time.monotonic_ns() // 1000
-        with RunPipes() as pipes, contextlib.ExitStack() as sent:
+        with RunPipes(stdio=stdio) as pipes, contextlib.ExitStack() as sent:
             sent.callback(theirs.close)
             jail_dir = os.open(jail.jail_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
             sent.callback(os.close, jail_dir)
-            fds = [*pipes.theirs, theirs.fileno(), jail_dir]
-            assert len(fds) == abi.RUN_FDS
+            fds = [*pipes.theirs[:4], theirs.fileno(), jail_dir]
+            if stdio != "pipes":
+                fds.append(pipes.theirs.program_stdout)
+            assert len(fds) == (abi.RUN_FDS if stdio == "pipes" else abi.STREAM_RUN_FDS)
             unanswered = False
             try:
                 async with self._lock:

@@ -399,6 +399,9 @@ class HelperPlan(_Item, frozen=True, kw_only=True):
     waiter_bpf: bytes
     #: Layers left out, for benchmarks that measure one layer at a time.
     unsafe_skip: tuple[str, ...] = ()
+    #: What the program's stdio are (`abi.STDIO_KINDS`); hashed only when
+    #: not "pipes", so the versions of plain runs stay as they were.
+    stdio: str = "pipes"
 
 
 #: POSIX message queue bytes per run (RLIMIT_MSGQUEUE, the kernel's default;
@@ -992,6 +995,8 @@ def hashed_plan(data: dict[str, Any], host: HostPaths, env: dict[str, str]) -> d
         out["cpu"]["cgroup"] = CPU_CGROUP
         out["cpu"]["views"] = [VIEW_CGROUP for _ in out["cpu"]["views"]]
     out["parent_pid"] = 0
+    if out["stdio"] == "pipes":  # the default, as before the field existed
+        del out["stdio"]
     out["uid"], out["gid"] = HOST_UID, HOST_GID
     out["env"] = name(env)
     return out

@@ -2,7 +2,8 @@
 this jail, capture its output within the caps, collect the files asked for.
 
 Runs in the jailed adapter of every `exec` spawn, so it imports only
-posix, time, select and resource (fnmatch only for a wildcard pattern): no os
+posix, time, select and resource (fnmatch only for a wildcard pattern,
+_socket only for a pty, before the program starts): no os
 (~1.5 ms without site, which would have imported it), no subprocess
 (~9 ms: locale, re, enum, threading), no msgspec, no typing. Request and
 reply are plain values laid out as protocol.ExecRequest and ExecResult
@@ -44,6 +45,7 @@ from trunner.kernel.abi import (
     SIGPIPE,
     SIGXCPU,
     SIGXFSZ,
+    STREAM_FD,
 )
 from trunner.worker import prog
 from trunner.worker.wire import EXEC_COLLECT_MAX_FILES, EXEC_PATH_MAX_BYTES
@@ -62,7 +64,7 @@ class Request:
     """A decoded protocol.ExecRequest: its wire map, tag checked."""
 
     __slots__ = ("argv", "collect", "cpu_time_s", "env", "files", "stderr_max_bytes", "stdin",
-                 "stdout_max_bytes", "wall_time_s")
+                 "stdio", "stdout_max_bytes", "wall_time_s")
 
     def __init__(self, body: Any) -> None:  # noqa: ANN401  a decoded msgpack value
         if not isinstance(body, dict) or body.get("type") != "exec_request":
@@ -79,6 +81,8 @@ class Request:
         self.stderr_max_bytes: int = body["stderr_max_bytes"]
         self.wall_time_s: float = body["wall_time_s"]
         self.cpu_time_s: float = body["cpu_time_s"]
+        #: "pipes"; streaming, "stream" or "pty" (`_run_streaming`).
+        self.stdio: str = body["stdio"]
 
 
 def result(code: int, stdout: bytes, stderr: bytes, files: list[dict[str, object]],
@@ -194,8 +198,13 @@ def run_exec(body: object) -> dict[str, object]:
     _refuse_outside_a_jail()
     request = Request(body)
     place(request.files)
+    # A pty's controlling side goes to the parent before anything of the
+    # program exists (and before `_prepare` refuses imports: `_socket`).
+    pty = _pty_to_parent() if request.stdio == "pty" else None
     _prepare(request.collect)
     began = time.monotonic()
+    if request.stdio != "pipes":
+        return _run_streaming(request, began, pty)
     try:
         pid, stdin_w, out_r, err_r = _spawn(request.argv, request.env)
     except NotRun as e:  # as a shell answers: 127 or 126, one line on stderr
@@ -227,6 +236,116 @@ def run_exec(body: object) -> dict[str, object]:
     if not crossed and limit is None and request.collect:
         files, unmatched = collect(request.collect, request.stdout_max_bytes - len(stdout))
     return result(code, stdout, bytes(bufs[err_r]), files, unmatched, elapsed_s, usage, limit)
+
+
+def _run_streaming(request: Request, began: float,
+                   pty: tuple[str, int] | None) -> dict[str, object]:
+    """A streaming run (`Runner.open_process`): the program's stdin is fd 0
+    (after the request frame), its stdout STREAM_FD, its stderr fd 2, all
+    the parent's own pipes, which the parent reads and caps; or, with
+    `pty` (its path, from `_pty_to_parent`), that pty on all three, as its
+    controlling terminal. This adapter reads none of them and keeps only
+    fd 1, the reply's pipe (the program's fd 1 is STREAM_FD's copy or the
+    pty, and this process is not dumpable: the program cannot reach the
+    reply pipe). Enforces the wall and CPU time as `run_exec` does, then
+    replies with the exit and the usage, no output (a NotRun's line goes
+    to the program's stderr, as a shell's)."""
+    try:
+        pid = _spawn_streaming(request.argv, request.env, pty)
+    except NotRun as e:
+        elapsed_s = time.monotonic() - began
+        return result(e.code, b"", b"", [], [], elapsed_s, tree_usage(elapsed_s))
+    meter = Meter(began, request.wall_time_s, request.cpu_time_s)
+    exited = posix.pidfd_open(pid)
+    poller = select.poll()
+    poller.register(exited, select.POLLIN)
+    limit = None
+    try:
+        while not poller.poll(meter.timeout_ms()):
+            limit = meter.check()
+            if limit is not None:
+                break
+    finally:
+        posix.close(exited)
+    _kill_tree(pid)
+    code = posix.waitstatus_to_exitcode(posix.waitpid(pid, 0)[1])
+    elapsed_s = time.monotonic() - began
+    _reap_all()
+    usage = tree_usage(elapsed_s)
+    cpu_s = usage["cpu_user_s"] + usage["cpu_sys_s"]  # type: ignore[operator]
+    if limit is None and (cpu_s >= request.cpu_time_s or code == -SIGXCPU):
+        limit = "cpu_time"
+    return result(code, b"", b"", [], [], elapsed_s, usage, limit)
+
+
+def _pty_to_parent() -> tuple[str, int]:
+    """Allocate a pty in the run's own devpts (/dev/ptmx links into it: no
+    host pty is in the jail), send its controlling side to the parent over
+    the socket at STREAM_FD (SCM_RIGHTS) and close it and the socket here;
+    the path of the other side, which the program opens as its controlling
+    terminal, and that side, held (close-on-exec) until the program has
+    it: with no process holding it, the parent's reads end (EIO)."""
+    import _socket
+    import struct
+
+    control, terminal = posix.openpty()
+    try:
+        path = posix.ttyname(terminal)
+        link = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, STREAM_FD)
+        try:
+            link.sendmsg([b"p"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                   struct.pack("i", control))])
+        finally:
+            link.close()  # STREAM_FD: the program never gets it
+    except BaseException:
+        posix.close(terminal)
+        raise
+    finally:
+        posix.close(control)
+    return path, terminal
+
+
+def _spawn_streaming(argv: list[str], env: Mapping[str, str],
+                     pty: tuple[str, int] | None) -> int:
+    """`_spawn` on the parent's pipes: fd 0 and 2 as they are, STREAM_FD as
+    fd 1; or, with `pty`, that pty opened on fd 0 (in the program's new
+    session, so it becomes its controlling terminal) and copied to 1 and 2.
+    Closes fd 0 and STREAM_FD here (the program holds them now); fd 2
+    stays, for this adapter's own last words. Raises NotRun."""
+    environ: dict[bytes, bytes | str] = dict(posix.environ)
+    for name, value in env.items():
+        environ[name.encode()] = value
+    if "PATH" in env:
+        posix.putenv("PATH", env["PATH"])
+    actions: list[tuple[int | str, ...]]
+    if pty is None:
+        posix.set_inheritable(STREAM_FD, False)  # dup2 onto fd 1 makes the program's copy
+        actions = [(posix.POSIX_SPAWN_DUP2, STREAM_FD, 1)]
+    else:  # glibc's posix_spawn runs setsid before the file actions
+        posix.set_inheritable(0, False)
+        actions = [(posix.POSIX_SPAWN_OPEN, 0, pty[0], posix.O_RDWR, 0),
+                   (posix.POSIX_SPAWN_DUP2, 0, 1), (posix.POSIX_SPAWN_DUP2, 0, 2)]
+    prog.enter()
+    try:
+        return posix.posix_spawnp(argv[0], argv, environ, file_actions=actions,
+                                  setsigdef=(SIGPIPE, SIGXFSZ), setsid=True)
+    except OSError as e:
+        error = _not_run(argv[0], e)
+        _write_all(2 if pty is None else pty[1], error.line)  # where its stderr would be
+        raise error from None
+    finally:
+        prog.leave()
+        for fd in (0, STREAM_FD) if pty is None else (0, pty[1]):
+            posix.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[posix.write(fd, view) :]
+    except OSError:
+        pass  # the parent stopped reading: the reply still tells
 
 
 def _reap_all() -> None:

@@ -18,7 +18,8 @@ Each message is one run: the marshal of `(STAGE, MODE)`, STAGE the helper's
 own argv (`PLAN 3 -- ADAPTER...`, as `trunner.helper` reads it) and
 MODE a built-in mode to serve in pid 2 without an exec (or ""), with
 exactly `abi.RUN_FDS` descriptors: the run's stdin, stdout, stderr, report pipe,
-its link (a socketpair to the parent) and its jail dir. The server checks
+its link (a socketpair to the parent) and its jail dir, and for a streaming
+run (`abi.STREAM_RUN_FDS`) its program's stdout (or a pty's socket), last. The server checks
 the shape only, forks the run's leader as the parent's child
 (`clone_parent`), closes its copies and answers `ok PID`, or `refused WHY`
 with nothing forked. The plan is the leader's to read and refuse, as the
@@ -28,7 +29,7 @@ The leader: a session of its own first, then `S` and its pid on the link
 (so a parent that lost the server before its answer can still find it); it
 waits for `G`, which the parent sends once it holds the leader's pid, a
 pidfd and a watchdog entry (EOF instead: the parent is gone, so it exits).
-Then it puts the run's descriptors at 0-3, enters the jail dir, closes
+Then it puts the run's descriptors at 0-3 (and STREAM_FD), enters the jail dir, closes
 everything else and runs the helper's chain (`helper.main`), in the same
 order. A built-in mode is served by pid 2 in-process; a user mode is exec'd
 as on the cold path.
@@ -102,7 +103,7 @@ def main(argv: "list[str]") -> "NoReturn":
 def _receive(control: "_socket.socket") -> "tuple[bytes, list[int], int]":
     """One message, the descriptors it carried (close-on-exec), its flags."""
     data, ancillary, flags, _ = control.recvmsg(
-        MAX_MESSAGE, _socket.CMSG_SPACE((abi.RUN_FDS + 1) * 4), _socket.MSG_CMSG_CLOEXEC)
+        MAX_MESSAGE, _socket.CMSG_SPACE((abi.STREAM_RUN_FDS + 1) * 4), _socket.MSG_CMSG_CLOEXEC)
     fds: list[int] = []
     for level, kind, payload in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
@@ -114,7 +115,7 @@ def _receive(control: "_socket.socket") -> "tuple[bytes, list[int], int]":
 def _check(data: bytes, fds: "list[int]", flags: int) -> "tuple[list[str], str]":
     if flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC):
         raise Refused("message truncated")
-    if len(fds) != abi.RUN_FDS:
+    if len(fds) not in (abi.RUN_FDS, abi.STREAM_RUN_FDS):
         raise Refused(f"expected {abi.RUN_FDS} descriptors, got {len(fds)}")
     try:
         stage, mode = marshal.loads(data)
@@ -149,7 +150,7 @@ def _lead(control: "_socket.socket", fds: "list[int]", stage: "list[str]",
     try:
         posix.setsid()
         posix.close(control.detach())
-        parked = [_PARKED + i for i in range(abi.RUN_FDS)]
+        parked = [_PARKED + i for i in range(len(fds))]
         for fd, to in zip(fds, parked, strict=True):
             posix.dup2(fd, to, inheritable=False)
             posix.close(fd)
@@ -160,7 +161,16 @@ def _lead(control: "_socket.socket", fds: "list[int]", stage: "list[str]",
         for to, fd in enumerate(parked[:4]):
             posix.dup2(fd, to)
         posix.fchdir(parked[5])
-        install.close_from(abi.REPORT_FD + 1)
+        if len(parked) == abi.STREAM_RUN_FDS:  # the helper moves none: both in their slots
+            posix.dup2(parked[6], abi.STREAM_FD)
+            for fd in range(abi.REPORT_FD + 1, abi.STREAM_FD):
+                try:  # noqa: SIM105  no contextlib here
+                    posix.close(fd)
+                except OSError:
+                    pass
+            install.close_from(abi.STREAM_FD + 1)
+        else:
+            install.close_from(abi.REPORT_FD + 1)
     except BaseException:
         posix._exit(abi.SANDBOX_SETUP_EXIT)
     helper.main(stage, serve=_serve if mode else None, mode=mode)
