@@ -125,13 +125,14 @@ class BenchBackend(LinuxBackend):
     at: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str],
-                  limits: Limits, in_process: str = "") -> TimedJail:
+                  limits: Limits, in_process: str = "", **options: str) -> TimedJail:
         self.at["open_jail"] = now()
         if self.bare:
             env = environment(self.profile.environment)
             jail = TimedJail(Command(argv=self.bare, env=env, cwd=jail_dir), jail_dir, at=self.at)
         else:
-            real = super().open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits)
+            real = super().open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv, limits=limits,
+                                     **options)  # stdio= (streaming) from 707defd on
             cmd = real.command
             if self.rewrite is not None:
                 cmd = dataclasses.replace(cmd, argv=self.rewrite(cmd.argv))
