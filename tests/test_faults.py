@@ -142,8 +142,8 @@ async def test_cancel_at_random_points_leaves_nothing(
     from trunner.backend import make_jail_dir as real_make_jail_dir
     real_spawn = ColdSpawner.spawn
 
-    async def spawn(self: ColdSpawner, jail: Any) -> Any:
-        child = await real_spawn(self, jail)
+    async def spawn(self: ColdSpawner, jail: Any, *, stdio: str = "pipes") -> Any:
+        child = await real_spawn(self, jail, stdio=stdio)
         leaders.setdefault(trio.lowlevel.current_task(), []).append(child.pid)
         return child
 
@@ -404,7 +404,7 @@ async def test_sigkilled_parent_at_a_random_moment_of_a_busy_loop(
 def _never_spawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     calls: list[Any] = []
 
-    async def spawn(self: Any, jail: Any) -> Any:
+    async def spawn(self: Any, jail: Any, *, stdio: str = "pipes") -> Any:
         calls.append(jail)
         raise AssertionError("spawned although the jail dir could not be made")
 
