@@ -591,5 +591,8 @@ class Unjailed:
     async def release(self) -> None:
         pass
 
+    def note_init(self, report: bytes) -> bool:
+        return False
+
     def explain(self, exit_code: int, report: bytes, started_us: int) -> None:
         return None

@@ -33,6 +33,7 @@ from trunner.linux.plan import (
     CpuCgroup,
     Devpts,
     HelperPlan,
+    InSession,
     MemoryCgroup,
     PathRule,
     PidsCgroup,
@@ -148,6 +149,9 @@ REFUSALS: dict[str, tuple[Callable[[HelperPlan], HelperPlan], str]] = {
     # CLONE_PARENT is no namespace: unshare refuses it.
     "namespaces": (_with(unshare_flags=lambda p: p.unshare_flags | 0x8000),
                    "namespaces: unshare: Invalid argument"),
+    # A session's pid 1 by a start time it never had: a reused pid is refused.
+    "session": (_with(session=lambda _: InSession(pid=os.getpid(), start=0)),
+                "session: the session's pid 1 is gone"),
     "loopback": (_with(loopback=lambda _: "down"),
                  "loopback: 'down' does not fit the plan's namespaces"),
     "jail_processes": (_nproc_above_its_hard_limit,
@@ -184,9 +188,13 @@ def test_every_step_is_refused_by_an_item_or_reads_none() -> None:
     steps = next(node.value for node in ast.walk(tree)
                  if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                  and node.target.id == "steps")
+    own = next(node for node in ast.walk(tree)
+               if isinstance(node, ast.FunctionDef) and node.name == "_own_jail")
     assert isinstance(steps, ast.List)
-    names = [ast.literal_eval(step.elts[0]) for step in steps.elts if isinstance(step, ast.Tuple)]
-    assert len(names) == len(steps.elts)
+    # A jail of its own's steps 5-8b (`_own_jail`), or a session's command's.
+    names = [ast.literal_eval(node.elts[0]) for lists in (steps, own) for node in ast.walk(lists)
+             if isinstance(node, ast.Tuple) and node.elts
+             and isinstance(node.elts[0], ast.Constant) and isinstance(node.elts[0].value, str)]
     assert sorted(names) == sorted([*REFUSALS, *NO_PLAN_ITEM])
 
 

@@ -40,6 +40,7 @@ from trunner.linux.plan import (
     HostProc,
     NoCpuCgroup,
     NoMemoryCgroup,
+    NoSession,
     Rlimit,
     Scratch,
     UsernsNproc,
@@ -206,7 +207,8 @@ async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path, stdio: 
     document = backend.rules_document(limits, stdio=stdio)["plan"]
     assert seen["stdio"] == stdio
     # "pipes", the default, is hashed as before the field existed: absent.
-    fields = {*abi.PLAN_FIELDS} - ({"stdio"} if stdio == "pipes" else set())
+    # Likewise "session", a jail of its own.
+    fields = {*abi.PLAN_FIELDS} - {"session"} - ({"stdio"} if stdio == "pipes" else set())
     for name in fields:
         assert hashed[name] == document[name], name
     assert set(document) == set(hashed) == fields
@@ -283,6 +285,8 @@ CHECKS: dict[str, Any] = {
     "unsafe_skip": lambda v: v == ("seccomp",),
     # Planned as "pipes"; a streaming run's jail names its own (`open_jail`).
     "stdio": lambda v: v == "pipes",
+    # Planned as a jail of its own; a session's command's names its session (`open_jail`).
+    "session": lambda v: v == NoSession(),
 }
 
 

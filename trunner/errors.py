@@ -58,6 +58,10 @@ class Reason(enum.StrEnum):
     UNSUPPORTED_PLATFORM = "unsupported_platform"
     #: trio's API awaited outside a trio task (from asyncio: `trunner.aio`).
     NOT_IN_TRIO = "not_in_trio"
+    #: A session (`Runner.session`) ended before or during the command:
+    #: its `idle_s` or `lifetime_s` passed, its `async with` ended, or its
+    #: jail did (the detail says which).
+    SESSION_ENDED = "session_ended"
     # After the child.
     CLEANUP_FAILED = "cleanup_failed"
     # Beyond one host (trunner.ray).

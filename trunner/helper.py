@@ -77,32 +77,11 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
             ("cpu", _account_cpu, plan.cpu),
             # 4. rlimits before unshare.
             ("rlimits", _set_rlimits, plan.rlimits),
-            # 5. not root: a user namespace of the caller's own ids, for the
-            #    right to mount (real root has it already).
-            ("build_namespace", _enter_build_namespace, plan.build_userns, plan.uid,
-             plan.gid),
-            # 5b. the run's IPC namespace, sized (no memory cgroup bounds a
-            #    non-root run's SysV objects): after 5, whose capabilities
-            #    join it; before 6, while the host's /proc/sys is at hand.
-            ("ipc", _limit_ipc, plan.ipc_limits, plan.build_userns, plan.uid,
-             plan.gid),
-            # 6. the root, built in a private mount namespace with the
-            #    caller's rights (a bind is walked as the caller walks it),
-            #    then pivoted into.
-            ("root", _build_root, plan.staging, plan.scratch, plan.root_ops,
-             plan.uid, plan.gid),
-            # 7. the jail's host ids: a root caller drops to them here, groups
-            #    cleared, before any namespace that would keep host uid 0.
-            ("identity", _take_identity, plan.uid, plan.gid),
-            # 8. every namespace in one unshare (the new user namespace owns
-            #    the others; the mounts of step 5 become locked in it), the
-            #    host ids mapped to the jail's one id (the same in every run).
-            ("namespaces", _unshare_from_prog, plan.unshare_flags, plan.uid, plan.gid,
-             plan.jail_id),
-            # 8b. the run's network namespace: its loopback up, while this
-            #     process holds every capability over it (it owns the new
-            #     user namespace), long before seccomp.
-            ("loopback", _bring_loopback_up, plan.loopback, plan.unshare_flags),
+            *(_own_jail(plan) if plan.session is None else [
+                # 5-8 in a session's command: its namespaces joined, a PID
+                # namespace, a mount-namespace copy and a cgroup namespace
+                # unshared (the root, its scratch and files are the session's).
+                ("session", _enter_session, plan.session, plan.uid, plan.gid)]),
             # 9. the run's own process count: RLIMIT_NPROC counts per user
             #    namespace (5.14 on), so this one counts the run alone.
             ("jail_processes", _limit_jail_processes, plan.jail_nproc),
@@ -117,7 +96,8 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
              adapter),
             # In pid 2:
             # 12. the jail's own /proc over the host's, masked; its devpts; hostname; cwd.
-            ("proc", _enter_jail, plan.proc_ops, plan.hostname, plan.workdir),
+            ("proc", _enter_jail, plan.proc_ops, plan.hostname, plan.workdir,
+             plan.session is not None),
             # 13. capabilities dropped, inside every namespace.
             ("capabilities", _drop_capabilities),
             # 14. descriptors: after every step that opens files.
@@ -144,6 +124,38 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
         _fail(e)
     except BaseException as e:  # a bug here must still refuse, and say so
         _fail(SetupError(f"helper: {type(e).__name__}: {e}"))
+
+
+def _own_jail(plan: "Plan") -> "list[tuple[str, Callable[..., None], *tuple[object, ...]]]":
+    """Steps 5-8b of a jail of its own: its namespaces and its root."""
+    return [
+        # 5. not root: a user namespace of the caller's own ids, for the
+        #    right to mount (real root has it already).
+        ("build_namespace", _enter_build_namespace, plan.build_userns, plan.uid,
+         plan.gid),
+        # 5b. the run's IPC namespace, sized (no memory cgroup bounds a
+        #    non-root run's SysV objects): after 5, whose capabilities
+        #    join it; before 6, while the host's /proc/sys is at hand.
+        ("ipc", _limit_ipc, plan.ipc_limits, plan.build_userns, plan.uid,
+         plan.gid),
+        # 6. the root, built in a private mount namespace with the
+        #    caller's rights (a bind is walked as the caller walks it),
+        #    then pivoted into.
+        ("root", _build_root, plan.staging, plan.scratch, plan.root_ops,
+         plan.uid, plan.gid),
+        # 7. the jail's host ids: a root caller drops to them here, groups
+        #    cleared, before any namespace that would keep host uid 0.
+        ("identity", _take_identity, plan.uid, plan.gid),
+        # 8. every namespace in one unshare (the new user namespace owns
+        #    the others; the mounts of step 5 become locked in it), the
+        #    host ids mapped to the jail's one id (the same in every run).
+        ("namespaces", _unshare_from_prog, plan.unshare_flags, plan.uid, plan.gid,
+         plan.jail_id),
+        # 8b. the run's network namespace: its loopback up, while this
+        #     process holds every capability over it (it owns the new
+        #     user namespace), long before seccomp.
+        ("loopback", _bring_loopback_up, plan.loopback, plan.unshare_flags),
+    ]
 
 
 def _take_report_fd(text: str) -> None:
@@ -244,6 +256,17 @@ class CpuCgroup:
             raise ValueError(self.TAG)
 
 
+class InSession:
+    __slots__ = ("pid", "start")
+    TAG = "session"
+
+    def __init__(self, d: "Data") -> None:
+        pid, start = d.get("pid"), d.get("start")
+        if type(pid) is not int or type(start) is not int or len(d) != 3:
+            raise ValueError(self.TAG)
+        self.pid, self.start = pid, start
+
+
 def _none(d: "Data") -> None:
     if len(d) != 1:
         raise ValueError("none")
@@ -311,6 +334,8 @@ _PROCESS_LIMITS: "dict[object, Callable[[Data], ProcessLimit]]" = {
 _MEMORY: "dict[object, Callable[[Data], MemoryCgroup | None]]" = {
     MemoryCgroup.TAG: MemoryCgroup, "none": _none}
 _CPU: "dict[object, Callable[[Data], CpuCgroup | None]]" = {CpuCgroup.TAG: CpuCgroup, "none": _none}
+_SESSION: "dict[object, Callable[[Data], InSession | None]]" = {
+    InSession.TAG: InSession, "none": _none}
 
 
 def _malformed(what: str, value: object, kind: object = "") -> ValueError:
@@ -406,6 +431,7 @@ class Plan:
         self.waiter_bpf = _field(data, "waiter_bpf", bytes)
         self.unsafe_skip = _strs(data, "unsafe_skip")
         self.stdio = _field(data, "stdio", str)
+        self.session = _item(data, "session", "kind", _SESSION)
         if self.stdio not in abi.STDIO_KINDS:
             raise ValueError(f"stdio {self.stdio!r} is not one of {', '.join(abi.STDIO_KINDS)}")
         skipped = [name for name in self.unsafe_skip if name not in SKIPPABLE]
@@ -704,18 +730,20 @@ def _write_sysctls(sysctls: "list[Sysctl]") -> None:
         write(f"/proc/sys/kernel/{sysctl.name}", sysctl.value.encode())
 
 
-def _take_identity(uid: int, gid: int) -> None:
+def _take_identity(uid: int, gid: int, maps: bool = True) -> None:
     """Become host `uid`/`gid` with no supplementary groups (a root caller),
-    or check that this is who we are (anyone else)."""
+    or check that this is who we are (anyone else). `maps`: this process
+    writes its user namespace's id maps next."""
     if uid == 0 or gid == 0:
         raise SetupError("identity: a jail never runs as host uid or gid 0")
     if posix.getuid() == 0:
         posix.setgroups([])
         posix.setresgid(gid, gid, gid)
         posix.setresuid(uid, uid, uid)
-        # The uid change cleared "dumpable", which makes /proc/self/*_map
-        # root's: this process writes its own maps next.
-        install.set_dumpable(True)
+        if maps:
+            # The uid change cleared "dumpable", which makes /proc/self/*_map
+            # root's: this process writes its own maps next.
+            install.set_dumpable(True)
     if posix.getresuid() != (uid, uid, uid) or posix.getresgid() != (gid, gid, gid):
         raise SetupError(f"identity: running as {posix.getresuid()}/{posix.getresgid()}, "
                          f"the plan says {uid}/{gid}")
@@ -741,6 +769,54 @@ def _unshare_from_prog(flags: int, uid: int, gid: int, inside: int) -> None:
         posix.write(abi.SUP_JOIN_FDS[slot], b"0")
 
 
+#: The host's /proc (O_PATH), opened before a session's namespaces are
+#: joined: pid 1's note and the waiter read it (`_enter_pid_namespace`).
+_host_proc: "list[int]" = []
+
+
+def _enter_session(session: "InSession", uid: int, gid: int) -> None:
+    """Join the session's namespaces by a pidfd of its pid 1, checked by
+    start time, then unshare this command's PID, mount and cgroup
+    namespaces (`_unshare_from_prog`: the cgroup one rooted at its `prog`).
+    Not dumpable from before the first setns to the exec: no process of
+    the session may ptrace or read this one. The IPC namespace is owned by
+    the host's user namespace (a root caller's) or by a sibling of the
+    session's (anyone else's): root joins it first, while it still has the
+    right; anyone else joins it with the rest, as the owner of both."""
+    _last_cap()
+    proc = posix.open("/proc", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
+    _host_proc.append(proc)
+    pidfd = posix.pidfd_open(session.pid)
+    try:
+        if _start_time(session.pid, proc) != session.start:
+            raise SetupError("session: the session's pid 1 is gone")
+        install.set_dumpable(False)
+        if posix.getuid() == 0:
+            install.call("setns", pidfd, abi.CLONE_NEWIPC)
+            _take_identity(uid, gid, maps=False)
+            install.call("setns", pidfd, abi.SESSION_JOINED)
+        else:
+            _take_identity(uid, gid, maps=False)
+            install.call("setns", pidfd, abi.SESSION_JOINED | abi.CLONE_NEWIPC)
+    finally:
+        posix.close(pidfd)
+    joined = range(len(_runs_joined))
+    for slot in joined:
+        posix.write(abi.PROG_JOIN_FDS[slot], b"0")
+    install.unshare(abi.SESSION_UNSHARED)
+    for slot in joined:
+        posix.write(abi.SUP_JOIN_FDS[slot], b"0")
+
+
+def _start_time(pid: int, proc: int) -> int:
+    """A process's start time (clock ticks after boot), read through `proc`."""
+    fd = posix.open(f"{pid}/stat", posix.O_RDONLY | posix.O_CLOEXEC, dir_fd=proc)
+    try:
+        return int(posix.read(fd, 4096).rsplit(b")", 1)[1].split()[19])
+    finally:
+        posix.close(fd)
+
+
 def _bring_loopback_up(loopback: str, flags: int) -> None:
     own = bool(flags & abi.CLONE_NEWNET)
     if loopback == abi.LOOPBACK_UP and own:
@@ -752,8 +828,9 @@ def _bring_loopback_up(loopback: str, flags: int) -> None:
                          f"(network namespace of its own: {own})")
 
 
-def _enter_jail(proc_ops: "list[ProcOp]", hostname: str, workdir: str) -> None:
-    mounts.enter_jail(proc_ops, hostname, workdir)
+def _enter_jail(proc_ops: "list[ProcOp]", hostname: str, workdir: str,
+                in_session: bool) -> None:
+    mounts.enter_jail(proc_ops, hostname, workdir, again=in_session)
 
 
 _LAST_CAP: "list[int]" = []
@@ -778,7 +855,9 @@ def _enter_pid_namespace(bpf: bytes, ruleset: "LandlockPlan", adapter: "list[str
     it. Pid 1 dies with the helper (parent-death signal), the helper with
     the group. The helper notes pid 1 (`abi.INIT_NOTE`) for the parent."""
     _last_cap()
-    proc = posix.open("/proc", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
+    # A session's command: its mount namespace shows the session's /proc.
+    proc = _host_proc[0] if _host_proc else posix.open(
+        "/proc", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
     ends, done = posix.pipe2(posix.O_CLOEXEC)
     init = posix.fork()
     if init == 0:
@@ -804,12 +883,8 @@ def _note_init(init: int, proc: int) -> None:
     """Tell the parent which process is the jail's pid 1: its host pid and
     start time (read through the host's /proc, while it is our child)."""
     try:
-        fd = posix.open(f"{init}/stat", posix.O_RDONLY | posix.O_CLOEXEC, dir_fd=proc)
-        try:
-            start = posix.read(fd, 4096).rsplit(b")", 1)[1].split()[19]
-        finally:
-            posix.close(fd)
-        posix.write(REPORT_FD, abi.NOTE_MARK + abi.INIT_NOTE + b" %d %s\n" % (init, start))
+        start = _start_time(init, proc)
+        posix.write(REPORT_FD, abi.NOTE_MARK + abi.INIT_NOTE + b" %d %d\n" % (init, start))
     except BaseException as e:
         posix.kill(init, abi.SIGKILL)
         raise SetupError(f"pid_namespace: cannot note pid 1: {type(e).__name__}: {e}") from None
@@ -828,8 +903,8 @@ def _confine_self(bpf: bytes, ruleset: "LandlockPlan | None") -> None:
     install.set_no_new_privs()
     if ruleset is not None:
         # The rule is on the very file WAITER_FD holds (Landlock rules bind inodes).
-        waiter = [(f"/proc/self/fd/{WAITER_FD}", 0,
-                   abi.ACCESS_FS_EXECUTE | abi.ACCESS_FS_READ_FILE)]
+        waiter: list[tuple[str | int, int, int]] = [
+            (WAITER_FD, 0, abi.ACCESS_FS_EXECUTE | abi.ACCESS_FS_READ_FILE)]
         install.restrict_filesystem(ruleset.abi, ruleset.handled_fs, ruleset.handled_net,
                                     ruleset.scoped & ~abi.SCOPE_SIGNAL, waiter, [])
     install.install_seccomp(bpf)

@@ -154,6 +154,10 @@ class Jail(Spawnable, Protocol):
         """Free what the jail holds on the host (not the jail dir). Call
         once the run is gone."""
 
+    def note_init(self, report: bytes) -> bool:
+        """A session's jail: read its pid 1 (which its commands join) from
+        its report so far; whether it was there."""
+
     def explain(self, exit_code: int, report: bytes, started_us: int) -> Failure | None:
         """What the first stage's end means: its refusal (from `report`), a
         signal death, or None for a program that exited `exit_code` >= 0."""
@@ -190,18 +194,23 @@ class JailBackend(Protocol):
         trunner's own, which needs no site-packages)."""
 
     def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits,
-                  in_process: str = "", stdio: str = "pipes") -> Jail:
+                  in_process: str = "", stdio: str = "pipes", session: Jail | None = None,
+                  holds_session: bool = False) -> Jail:
         """Build one invocation's jail, its pid 2 serving the built-in mode
         `in_process` without an exec (a fork server's runs; "": none), its
-        program's stdio `stdio` (`abi.STDIO_KINDS`). Raises `RunnerError`
-        on refusal."""
+        program's stdio `stdio` (`abi.STDIO_KINDS`); `holds_session`: a
+        session's own jail (its pid 2 holds it, `abi.HOLD_MODE`), `session`:
+        a command in that one, which joins it. Raises `RunnerError` on
+        refusal."""
 
-    def rules_document(self, limits: Limits, *, stdio: str = "pipes") -> Mapping[str, object]:
+    def rules_document(self, limits: Limits, *, stdio: str = "pipes",
+                       session: bool = False) -> Mapping[str, object]:
         """What the effective rules version hashes for runs with `limits`
-        (and `stdio`)."""
+        (and `stdio`; `session`: a session's commands)."""
 
-    def rules_version(self, limits: Limits, *, stdio: str = "pipes") -> str:
-        """The effective rules version for runs with `limits` (and `stdio`)."""
+    def rules_version(self, limits: Limits, *, stdio: str = "pipes", session: bool = False) -> str:
+        """The effective rules version for runs with `limits` (and `stdio`;
+        `session`: a session's commands)."""
 
     def sweep(self, temp_root: str | None) -> list[str]:
         """Remove what dead owners of this uid left (jail dirs, cgroups)."""

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from trunner.invocation import Result
     from trunner.jail import JailBackend
     from trunner.pool import WorkerPool
+    from trunner.session import Session
     from trunner.streaming import StreamingProcess
 
 T = TypeVar("T")
@@ -298,6 +299,29 @@ class Runner:
         return streaming.open_process(self._backend, self._adapter_argv("exec"),
                                       self._limits(limits), self.temp_root, argv,
                                       files=files, env=env, pty=pty)
+
+    def session(
+        self, *, limits: Limits | None = None, idle_s: float = 300.0, lifetime_s: float = 3600.0,
+    ) -> AbstractAsyncContextManager[Session]:
+        """A jail that lives across commands: `async with runner.session()
+        as s:`, then `s.exec(...)` as `Runner.exec`, `s.open_process(...)`,
+        each command its own invocation (deadline, caps, usage, verdict) in
+        the session's namespaces, working dir, network and cgroup
+        (docs/sessions.md). It ends, as a run does, when the `async with`
+        ends, `idle_s` passes with no command, or `lifetime_s` passes; a
+        command then in flight fails `session_ended`. `limits` are the
+        session's: its processes, scratch, open files and memory bound; a
+        command may set its own deadlines, caps and a lower memory_bytes.
+
+        Raises:
+            RunnerError: from the `async with`: the jail's refusal
+                (`host_ids_exhausted` with every host id held, ...).
+        """
+        from trunner.session import open_session
+
+        invocation.require_trio("Runner.session", _ASYNCIO_RUNNER)
+        return open_session(self._backend, self._adapter_argv("exec"), self._limits(limits),
+                            self.temp_root, idle_s=idle_s, lifetime_s=lifetime_s)
 
     def _adapter_argv(self, mode: str) -> tuple[str, ...]:
         return self._backend.adapter_argv(mode, builtin=mode in BUILTIN_MODES)

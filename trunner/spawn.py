@@ -165,6 +165,12 @@ class Child(Generic[J]):
                      program_stdout=(trio.lowlevel.FdStream(pipes.program_stdout)
                                      if pipes.program_stdout >= 0 else None))
 
+    def report_so_far(self) -> bytes:
+        """What the report pipe carries until now (kept in `report`): a
+        session reads its jail's pid 1 there while the jail lives."""
+        self.report += _read_all(self.report_fd)
+        return self.report
+
     async def wait_exit(self) -> None:
         """Wait until the leader exits, without reaping it."""
         await trio.lowlevel.wait_readable(self.pidfd)
@@ -193,7 +199,7 @@ class Child(Generic[J]):
                 _, status = os.waitpid(self.pid, 0)  # noqa: ASYNC222
                 self.exit_code = os.waitstatus_to_exitcode(status)
                 os.close(self.pidfd)
-                self.report = _read_all(self.report_fd)
+                self.report += _read_all(self.report_fd)
                 await self.jail.wait_gone(self.pid, self.report)
             finally:
                 os.close(self.report_fd)

@@ -46,7 +46,7 @@ PROG_CGROUP = "prog"
 #: only trunner makes it; no image may hold /.trunner.
 HOST_PREFIX = "/.trunner/host"
 #: Plan format version; the parent and the helper ship together.
-PLAN_VERSION = 12
+PLAN_VERSION = 13
 #: The plan's fields, in the order the helper applies them. The parent's
 #: `HelperPlan` and the helper's `helper.Plan` have exactly these
 #: (tests/test_plan.py pins both).
@@ -54,7 +54,7 @@ PLAN_FIELDS = (
     "version", "env", "process_limit", "jail_nproc", "memory", "cpu", "rlimits", "ipc_limits",
     "build_userns", "unshare_flags", "uid", "gid", "jail_id", "loopback", "root_ops", "proc_ops",
     "scratch", "staging", "hostname", "workdir", "landlock", "parent_pid", "seccomp_bpf",
-    "waiter_bpf", "unsafe_skip", "stdio",
+    "waiter_bpf", "unsafe_skip", "stdio", "session",
 )
 #: What the program's stdio are (the plan's `stdio`): "pipes", the
 #: adapter's (fd 0, 1, 2 only); "stream", the parent's own pipes, its
@@ -128,6 +128,17 @@ CLONE_NEWNET = 0x40000000
 NAMESPACE_FLAGS = {"cgroup": CLONE_NEWCGROUP, "ipc": CLONE_NEWIPC, "mount": CLONE_NEWNS,
                    "net": CLONE_NEWNET, "pid": CLONE_NEWPID, "user": CLONE_NEWUSER,
                    "uts": CLONE_NEWUTS}
+#: A session's command joins the session's user, mount, network, UTS and
+#: cgroup namespaces (`setns`, by a pidfd of the session's pid 1; its IPC
+#: namespace too, first as root: `helper._enter_session`), then unshares
+#: these: a PID namespace (a sibling of the session's), a copy of the mount
+#: namespace (its own /proc) and a cgroup namespace rooted at its own leaf.
+SESSION_JOINED = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP
+SESSION_UNSHARED = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWCGROUP
+#: The adapter mode a session's pid 2 runs: it says it is ready on stdout
+#: (HOLD_READY), then holds the session's namespaces until its stdin ends.
+HOLD_MODE = "hold"
+HOLD_READY = b"R"
 
 #: The plan's `loopback`: the run's own network namespace with its lo
 #: brought up, or the host's network, shared (the provider profile).

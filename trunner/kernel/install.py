@@ -13,6 +13,10 @@ import sys
 
 from trunner.kernel.abi import IFF_UP, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, S_IFDIR, S_IFMT
 
+TYPE_CHECKING = False  # not from typing: the helper imports this module
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 try:
     from trunner.kernel._kernel import NR, loopback_up, seccomp_filter, syscall
 except ImportError as e:  # compiled at install (hatch_build.py)
@@ -164,14 +168,15 @@ def landlock_abi() -> int:
 
 def restrict_filesystem(
     abi: int, fs: int, net: int, scoped: int,
-    paths: "list[tuple[str, int, int]]", ports: "list[tuple[int, int]]",
+    paths: "Sequence[tuple[str | int, int, int]]", ports: "list[tuple[int, int]]",
 ) -> None:
     """Create a Landlock ruleset handling `fs`/`net`/`scoped` at `abi`, add
     each (path, rights on a dir, rights on a file) and (port, rights), and
     restrict this thread. Needs NO_NEW_PRIVS (checked, even with
     CAP_SYS_ADMIN); a missing path or a refused rule raises and nothing is
     enforced. Paths are opened with O_PATH following symlinks, so a rule on
-    /bin -> usr/bin covers its target."""
+    /bin -> usr/bin covers its target; an int is a descriptor of the file
+    (no path: a session's command sees no /proc/self of its own yet)."""
     kernel = landlock_abi()
     if kernel < abi:
         raise OSError(95, f"kernel Landlock ABI is {kernel}, the ruleset needs ABI {abi}",
@@ -183,7 +188,8 @@ def restrict_filesystem(
     try:
         for path, dir_rights, file_rights in paths:
             try:
-                fd = posix.open(path, posix.O_PATH | posix.O_CLOEXEC)
+                fd = (posix.dup(path) if isinstance(path, int)
+                      else posix.open(path, posix.O_PATH | posix.O_CLOEXEC))
             except OSError as e:
                 raise OSError(e.errno, e.strerror, f"landlock_add_rule({path})") from None
             try:

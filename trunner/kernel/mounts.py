@@ -453,10 +453,13 @@ def _devpts(item: "Devpts") -> None:
     mount("devpts", item.path, "devpts", MS_NOSUID | MS_NOEXEC, options)
 
 
-def enter_jail(proc_ops: "list[ProcOp]", hostname: str, workdir: str) -> None:
+def enter_jail(proc_ops: "list[ProcOp]", hostname: str, workdir: str,
+               again: bool = False) -> None:
     """In pid 2: the jail's own /proc over the host's, `proc_ops` (mask or
     make read-only a path, a pty instance, the program's cgroup), the
-    hostname, the working dir."""
+    hostname, the working dir. `again`: a session's command, in a copy of
+    the session's mounts, whose cgroup views it replaces (the kernel
+    refuses a hierarchy's mount on its own mount point)."""
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for item in proc_ops:
         if isinstance(item, Mask):
@@ -468,6 +471,8 @@ def enter_jail(proc_ops: "list[ProcOp]", hostname: str, workdir: str) -> None:
         elif isinstance(item, CgroupView):
             # The jail's cgroup namespace is rooted at the run's `prog`: the
             # mount shows that cgroup and nothing above it. Read-only.
+            if again:
+                umount(item.path, MNT_DETACH)
             mount(item.fstype, item.path, item.fstype,
                   MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, item.options)
         else:  # an op class added without its step here

@@ -43,6 +43,8 @@ from trunner.linux.image import (
 from trunner.linux.plan import (
     Bind,
     HelperPlan,
+    InSession,
+    PidsCgroup,
     bind_refusal,
     encode_plan,
     environment,
@@ -55,6 +57,7 @@ from trunner.linux.plan import (
     profile_paths,
     run_bound,
     seccomp_policy_for,
+    session_processes,
     with_masks,
 )
 from trunner.linux.probe import HostPaths, kernel_version, probe_host, snapshot
@@ -64,6 +67,7 @@ from trunner.rules import digest
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from trunner.jail import Jail
     from trunner.limits import Limits
     from trunner.linux.forkclient import ForkServer
 
@@ -144,6 +148,22 @@ class LinuxJail:
     #: current-memory file, sampled (`sample_memory`), and the most seen.
     memory_now: str | None = None
     sampled_peak: int = 0
+    #: A session's jail: (dir, controller) its commands' cgroups are made
+    #: under, as a run's are under the host's bases (`views`: v1 cpu,
+    #: cpuset); its pid 1 (host pid, start time), which they join, once
+    #: its report says (`note_init`).
+    session_bases: tuple[tuple[str, str], ...] = ()
+    session_views: tuple[tuple[str, str], ...] = ()
+    init: tuple[int, int] | None = None
+    #: The session's jail, for a command in one.
+    within: LinuxJail | None = None
+
+    def note_init(self, report: bytes) -> bool:
+        """Read the jail's pid 1 from its report so far; whether it was there."""
+        init = parse_report(report)[0].get(abi.INIT_NOTE)
+        if init is not None and len(init) == 2:
+            self.init = (init[0], init[1])
+        return self.init is not None
 
     @property
     def memory_sample_s(self) -> float | None:
@@ -196,7 +216,7 @@ class LinuxJail:
             self.final = self._program_figures()
         try:
             for path in self.cgroups:
-                await cgroup.remove(path)
+                await cgroup.remove(path, nested=bool(self.session_bases))
         finally:
             # The run is gone: the id is free for another run (once its
             # pid 1 has exited, if it outlived `wait_gone`).
@@ -443,7 +463,7 @@ class LinuxBackend:
     #: host's memory cgroup, which `settle()` may change).
     _bpf: dict[seccomp.SeccompPolicy, bytes] = field(default_factory=dict, repr=False)
     _launch: tuple[str, ...] | None = field(default=None, repr=False)
-    _prepared: dict[Limits | tuple[Limits, str], Prepared] = field(default_factory=dict,
+    _prepared: dict[Limits | tuple[Limits, str, bool], Prepared] = field(default_factory=dict,
                                                                     repr=False)
     _ids_checked: bool = field(default=False, repr=False)
     _binds_checked: bool = field(default=False, repr=False)
@@ -649,17 +669,20 @@ class LinuxBackend:
             self._paths = snapshot(profile_paths(self.profile, self.import_paths, self._etc))
         return self._paths
 
-    def prepared(self, limits: Limits, stdio: str = "pipes") -> Prepared:
+    def prepared(self, limits: Limits, stdio: str = "pipes", session: bool = False) -> Prepared:
         """The plan and the rules version for runs with `limits` (and
-        `stdio`, `abi.STDIO_KINDS`), made once."""
-        if stdio != "pipes":
-            done = self._prepared.get((limits, stdio))
+        `stdio`, `abi.STDIO_KINDS`; `session`: a session's command, whose
+        plan joins a session's pid 1), made once."""
+        if stdio != "pipes" or session:
+            done = self._prepared.get((limits, stdio, session))
             if done is None:
-                plain_run = self.prepared(limits)
-                plan = msgspec.structs.replace(plain_run.plan, stdio=stdio)
+                plan = msgspec.structs.replace(self.prepared(limits).plan, stdio=stdio)
+                if session:
+                    plan = _session_plan(plan, limits, None)
+                    plan = msgspec.structs.replace(plan, session=InSession(pid=0, start=0))
                 document = self._document(limits, plan, self.host_paths())
                 done = Prepared(plan, document, digest(document))
-                self._prepared[(limits, stdio)] = done
+                self._prepared[(limits, stdio, session)] = done
             return done
         done = self._prepared.get(limits)
         if done is None:
@@ -762,11 +785,12 @@ class LinuxBackend:
                            blake3.blake3(self.root_statement.encode()).hexdigest()}
         return doc
 
-    def rules_document(self, limits: Limits, *, stdio: str = "pipes") -> dict[str, Any]:
-        return self.prepared(limits, stdio).document
+    def rules_document(self, limits: Limits, *, stdio: str = "pipes",
+                       session: bool = False) -> dict[str, Any]:
+        return self.prepared(limits, stdio, session).document
 
-    def rules_version(self, limits: Limits, *, stdio: str = "pipes") -> str:
-        return self.prepared(limits, stdio).version
+    def rules_version(self, limits: Limits, *, stdio: str = "pipes", session: bool = False) -> str:
+        return self.prepared(limits, stdio, session).version
 
     def _memory_now(self, run: str | None) -> str | None:
         """Where the kernel keeps no peak of the run's `prog` (or
@@ -793,7 +817,7 @@ class LinuxBackend:
 
     def open_jail(
         self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits, in_process: str = "",
-        stdio: str = "pipes",
+        stdio: str = "pipes", session: Jail | None = None, holds_session: bool = False,
     ) -> LinuxJail:
         self.check()
         launch = self.helper_launch()
@@ -804,35 +828,51 @@ class LinuxBackend:
                 Reason.SPAWN_FAILED,
                 f"cannot start {self.worker}: {os.strerror(errno.EACCES)} (errno {errno.EACCES})",
             )
+        within = session
+        if within is not None:
+            assert isinstance(within, LinuxJail)
+            if within.init is None:
+                raise RunnerError(Reason.SANDBOX_SETUP, "the session has no pid 1 to join")
         host = self.probe()
         limit = host.process_limit
         assert limit is not None  # check() refused otherwise
         paths: list[str] = []
         pids_dir = memory_dir = cpu_dir = None
         view_dirs: tuple[str, ...] = ()
-        # As root, the run's own host id, held until `LinuxJail.release`.
-        lease = self._ids.acquire() if host.is_root else None
+        bases: list[tuple[str, str]] = []
+        views: tuple[tuple[str, str], ...] = ()
+        # As root, the run's own host id, held until `LinuxJail.release`; a
+        # session's command runs as its session's.
+        lease = self._ids.acquire() if host.is_root and within is None else None
         try:
             if limit.kind == "pids_cgroup":
-                bases = [(limit.cgroup_base, "pids"), (host.memory_cgroup_base, "memory"),
-                         (host.cpu_cgroup_base, "cpuacct")]
+                if within is None:
+                    bases = [(b, c) for b, c in [(limit.cgroup_base, "pids"),
+                                                 (host.memory_cgroup_base, "memory"),
+                                                 (host.cpu_cgroup_base, "cpuacct")] if b]
+                    views = host.view_cgroup_bases
+                else:  # in the session's cgroup, beside its own leaves
+                    bases, views = list(within.session_bases), within.session_views
                 # Listed with the watchdog before they exist.
-                paths = self._cgroups.make([b for b in bases if b[0]],
-                                           lambda joined: watchdog.hold(joined, jail_dir),
-                                           host.view_cgroup_bases)
+                paths = self._cgroups.make(bases, lambda joined: watchdog.hold(joined, jail_dir),
+                                           views)
                 # v2: one dir for all (the bases are the same).
-                made = dict(zip([b for b, _ in bases if b], paths, strict=False))
+                made = dict(zip([b for b, _ in bases], paths, strict=False))
+                by_controller = {c: made[b] for b, c in bases}
                 pids_dir = paths[0]
-                memory_dir = made.get(host.memory_cgroup_base)
-                cpu_dir = made.get(host.cpu_cgroup_base)
-                view_dirs = tuple(paths[len(paths) - len(host.view_cgroup_bases):])
+                memory_dir = by_controller.get("memory")
+                cpu_dir = by_controller.get("cpuacct")
+                view_dirs = tuple(paths[len(paths) - len(views):])
             jail = LinuxJail(Command(argv=(), env={}, cwd=jail_dir), jail_dir,
                              memory_cgroup=memory_dir, limits=limits)
             jail.admit(0)  # the run's whole bound; its program's is the helper's
-            plan = self._plan_for_run(limits, pids_dir, memory_dir,
-                                      None if lease is None else lease.id, cpu_dir, view_dirs)
+            host_id = (lease.id if lease is not None else
+                       within.host_id.id if within is not None and within.host_id else None)
+            plan = self._plan_for_run(limits, pids_dir, memory_dir, host_id, cpu_dir, view_dirs)
             if stdio != "pipes":
                 plan = msgspec.structs.replace(plan, stdio=stdio)
+            if within is not None or holds_session:
+                plan = _session_plan(plan, limits, within)
             env = self._jail_env
         except BaseException:
             try:
@@ -843,10 +883,14 @@ class LinuxBackend:
                     lease.release()
             raise
         stage = (encode_plan(plan), "{report_fd}", "--", *adapter_argv)
-        return LinuxJail(Command(argv=(*launch, "helper", *stage), env=env, cwd=jail_dir),
+        jail = LinuxJail(Command(argv=(*launch, "helper", *stage), env=env, cwd=jail_dir),
                          jail_dir, tuple(paths), memory_dir, lease, stage=stage, limits=limits,
                          cpu_cgroup=cpu_dir, in_process=in_process,
-                         memory_now=self._memory_now(memory_dir))
+                         memory_now=self._memory_now(memory_dir), within=within)
+        if holds_session and paths:
+            jail.session_bases = tuple((made[b], c) for b, c in bases)
+            jail.session_views = tuple(zip(view_dirs, (c for _, c in views), strict=True))
+        return jail
 
     def fork_server(self, mode: str) -> ForkServer:
         """A fork server for a pool of `mode` (`trunner.linux.forkclient`),
@@ -867,6 +911,21 @@ class LinuxBackend:
                  *(b for b, _ in host.view_cgroup_bases)]
         dirs = dict.fromkeys(os.path.join(b, cgroup.DIR_NAME) for b in bases if b)
         return cleanup.sweep(temp_root, list(dirs))
+
+
+def _session_plan(plan: HelperPlan, limits: Limits, within: LinuxJail | None) -> HelperPlan:
+    """A session's plan (`within` None) or its command's: the process bound
+    is the session's, counting trunner's own processes of every command it
+    may run at once (`session_processes`); a command joins the session's
+    pid 1."""
+    bound = session_processes(limits)
+    changes: dict[str, object] = {"jail_nproc": bound if plan.jail_nproc else 0}
+    if within is None and isinstance(plan.process_limit, PidsCgroup):
+        changes["process_limit"] = msgspec.structs.replace(plan.process_limit, max=bound)
+    if within is not None:
+        assert within.init is not None
+        changes["session"] = InSession(pid=within.init[0], start=within.init[1])
+    return msgspec.structs.replace(plan, **changes)
 
 
 def _launch(worker: str, trunner_dir: str) -> tuple[str, ...]:

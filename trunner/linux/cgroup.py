@@ -301,17 +301,19 @@ def remove_now(path: str) -> None:
         raise OSError(errno.EBUSY, f"cannot remove cgroup {path}")
 
 
-async def remove(path: str) -> None:
+async def remove(path: str, *, nested: bool = False) -> None:
     """Remove a run's cgroup, its leaves first, once its group is dead and
     reaped. A descendant reparented to init may still be leaving: each try
     (`cleanup.remove_cgroup`) kills what is listed, and trio sleeps 5 ms
-    between tries.
+    between tries. `nested`: a session's, whose commands' cgroups were in
+    its `trunner/` (each removed at its command's end).
 
     Raises:
         RunnerError: `sandbox_setup` if one cannot be removed within ~1 s.
     """
+    leaves = (*LEAVES, DIR_NAME) if nested else LEAVES  # a session's: its commands' dir
     for _ in range(200):
-        if remove_cgroup(path, LEAVES):
+        if remove_cgroup(path, leaves):
             return
         await trio.sleep(0.005)
     raise RunnerError(Reason.SANDBOX_SETUP, f"cannot remove cgroup {path}")

@@ -112,6 +112,8 @@ JAIL_ID: Final = 1000
 #: Processes of every run that are trunner's own: the helper (waiting
 #: outside the PID namespace) and the jail's pid 1 (its reaper).
 TRUNNER_PROCESSES: Final = 2
+#: Commands (background processes among them) one session runs at once.
+SESSION_COMMANDS: Final = 8
 
 
 class _Item(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -182,6 +184,22 @@ class NoCpuCgroup(_Item, frozen=True, tag="none", tag_field="kind"):
 
 
 CpuPlan = CpuCgroup | NoCpuCgroup
+
+
+class InSession(_Item, frozen=True, tag="session", tag_field="kind"):
+    """A command in a live session: the helper joins the namespaces of the
+    session's pid 1 (host pid and start time: a reused pid is refused)
+    instead of making them and the root (`abi.SESSION_JOINED`)."""
+
+    pid: int
+    start: int
+
+
+class NoSession(_Item, frozen=True, tag="none", tag_field="kind"):
+    """A jail of its own."""
+
+
+SessionPlan = InSession | NoSession
 
 #: What the run's cgroup holds beyond its program's `memory_bytes` and the
 #: output caps: the helper, pid 1 and the adapter's interpreter (measured:
@@ -402,6 +420,9 @@ class HelperPlan(_Item, frozen=True, kw_only=True):
     #: What the program's stdio are (`abi.STDIO_KINDS`); hashed only when
     #: not "pipes", so the versions of plain runs stay as they were.
     stdio: str = "pipes"
+    #: A session's command (`InSession`), or a jail of its own; hashed
+    #: only in a session, without the per-session pid.
+    session: SessionPlan = NoSession()
 
 
 #: POSIX message queue bytes per run (RLIMIT_MSGQUEUE, the kernel's default;
@@ -425,6 +446,14 @@ def address_space_for(limits: Limits, *, memory_cgroup: bool) -> int:
         assert isinstance(value, int)
         return value
     return RLIM_INFINITY if memory_cgroup else AUTO_ADDRESS_SPACE_BYTES
+
+
+def session_processes(limits: Limits) -> int:
+    """A session's process bound: its programs' `processes` (one count
+    for all its commands: RLIMIT_NPROC counts per user namespace), its own
+    helper, pid 1 and pid 2, and trunner's two of each of the
+    `SESSION_COMMANDS` commands it may run at once."""
+    return limits.processes + TRUNNER_PROCESSES + 1 + TRUNNER_PROCESSES * SESSION_COMMANDS
 
 
 def seccomp_policy_for(profile: JailProfile, host: HostSupport) -> seccomp.SeccompPolicy:
@@ -997,6 +1026,10 @@ def hashed_plan(data: dict[str, Any], host: HostPaths, env: dict[str, str]) -> d
     out["parent_pid"] = 0
     if out["stdio"] == "pipes":  # the default, as before the field existed
         del out["stdio"]
+    if out["session"]["kind"] == "none":  # likewise
+        del out["session"]
+    else:
+        out["session"] = {"kind": out["session"]["kind"]}
     out["uid"], out["gid"] = HOST_UID, HOST_GID
     out["env"] = name(env)
     return out

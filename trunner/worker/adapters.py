@@ -20,13 +20,14 @@ the frame, it is no wall (a user mode writes its own reply anyway).
 import posix
 import sys
 
-from trunner.kernel.abi import BUILTIN_MODES
+from trunner.kernel.abi import BUILTIN_MODES, HOLD_MODE, HOLD_READY
 from trunner.worker import prog
 from trunner.worker.wire import HEADER_BYTES, frame, unpack
 
 TYPE_CHECKING = False  # not from typing: importing it costs the adapter ~5 ms
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import NoReturn
 
 __all__ = ["BUILTIN_MODES", "serve"]
 
@@ -41,6 +42,8 @@ def echo(request: object) -> object:
 def serve(mode: str) -> int:
     """Serve one request in `mode`. Returns only on a usage error."""
     prog.take()
+    if mode == HOLD_MODE:
+        hold()
     if mode != "exec":
         prog.settle()  # the adapter is the program: in its cgroup, before any of its code
     try:
@@ -58,6 +61,17 @@ def serve(mode: str) -> int:
         posix._exit(1)
     _flush()  # a user mode's print()s, now on stderr, before the frame ends the run
     _write_all(_reply_fd, reply)
+    posix._exit(0)
+
+
+def hold() -> "NoReturn":
+    """A session's pid 2 (`abi.HOLD_MODE`): in its `prog`, say it is ready,
+    then keep the session's namespaces alive until stdin ends (the session
+    ends it by killing the group)."""
+    prog.settle()
+    posix.write(1, HOLD_READY)
+    while posix.read(0, 4096):
+        pass
     posix._exit(0)
 
 

@@ -1,0 +1,370 @@
+"""Sessions: one jail that lives across commands (`Runner.session`).
+
+A session's jail is opened as a run's is (`invocation.start`, cold), with
+`abi.HOLD_MODE` as its adapter: its pid 2 says it is ready, then holds the
+jail's namespaces, scratch (the working dir, /tmp) and cgroup until the
+session ends. Each command is an invocation of its own through the same
+pipeline, whose backend is the session's (`_Joined`): its jail joins the
+session's (the helper `setns`es into the namespaces of the session's pid
+1, then unshares a PID, mount and cgroup namespace of its own), its
+cgroups are made in the session's, and it keeps the runner's contract: its
+own deadline, caps, usage and verdict. A session ends, exactly as a run
+does (group kill, cgroups, host id, dir), when its `async with` ends, when
+`idle_s` passes with no command, or when `lifetime_s` passes; a command
+then in flight ends `session_ended`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, final
+
+import msgspec
+import trio
+
+from trunner import exec_checks, invocation
+from trunner.backend import close_jail
+from trunner.errors import Reason, RunnerError
+from trunner.kernel.abi import HOLD_MODE, HOLD_READY
+from trunner.limits import Limits
+from trunner.protocol import ExecResult
+from trunner.spawn import COLD
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping, Sequence
+
+    from trunner.invocation import Result, Started
+    from trunner.jail import Jail, JailBackend
+    from trunner.protocol import ExecFile
+    from trunner.spawn import Spawner
+    from trunner.streaming import StreamingProcess
+
+#: What a command may set in its own `limits` (any other field it sets,
+#: other than the session's value, is refused): a field left at its default
+#: takes the session's. `memory_bytes` at most the session's.
+COMMAND_FIELDS: Final = ("wall_time_s", "cpu_time_s", "stdout_max_bytes", "stderr_max_bytes",
+                         "memory_bytes")
+#: Commands (background processes among them) one session runs at once
+#: (`plan.SESSION_COMMANDS`: its process bound counts trunner's own for each).
+COMMANDS_AT_ONCE: Final = 8
+_DEFAULT: Final = Limits()
+
+
+@final
+class Session:
+    """A jail that lives across commands. Made by `Runner.session`."""
+
+    def __init__(self, backend: JailBackend, adapter_argv: Sequence[str], limits: Limits,
+                 temp_root: str | None, *, idle_s: float, lifetime_s: float) -> None:
+        self.limits = limits
+        self.idle_s, self.lifetime_s = idle_s, lifetime_s
+        self._backend, self._exec_argv, self._temp_root = backend, adapter_argv, temp_root
+        self._started: Started | None = None
+        self._joined: _Joined | None = None
+        #: Why it ended ("": it serves).
+        self.ended = ""
+        self._slots = trio.Semaphore(COMMANDS_AT_ONCE)
+        self._scopes: set[trio.CancelScope] = set()
+        self._running = 0
+        self._idle_from = self._expires = 0.0
+        self._changed = trio.Event()
+        self._quiet = trio.Event()
+        self._closed = trio.Event()
+        self._closing = False
+
+    # -- what a caller runs ----------------------------------------------
+
+    def rules_version(self, limits: Limits | None = None) -> str:
+        """The effective rules version of this session's commands."""
+        return self._backend.rules_version(self._command_limits(limits), session=True)
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes = b"",
+        files: Mapping[str, bytes | ExecFile] | None = None,
+        collect: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
+        capture_on_failure: bool = False,
+    ) -> Result[ExecResult]:
+        """`Runner.exec` in the session: the same arguments, result and
+        errors; the working dir and everything else the session's earlier
+        commands left are there. `limits`: see `COMMAND_FIELDS`.
+
+        Raises:
+            RunnerError: as `Runner.exec`; `session_ended`; `bad_request`
+                for a limit only the session sets.
+        """
+        invocation.require_trio("Session.exec", "trunner.aio")
+        limits = self._command_limits(limits)
+        request, caps = exec_checks.exec_request(argv, stdin, files, collect, limits, env)
+        async with self._command():
+            result: Result[ExecResult] = await invocation.invoke(
+                self._in_session(), self._exec_argv, limits, self._temp_root, request, caps,
+                ExecResult, spawner=COLD, capture_on_failure=capture_on_failure)
+        exec_checks.check_exec_reply(result.response, limits, request.collect,
+                                     capture_on_failure=capture_on_failure)
+        return result
+
+    @asynccontextmanager
+    async def open_process(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, bytes | ExecFile] | None = None,
+        env: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
+        pty: bool = False,
+    ) -> AsyncIterator[StreamingProcess]:
+        """`Runner.open_process` in the session."""
+        from trunner import streaming
+
+        limits = self._command_limits(limits)
+        async with self._command(), streaming.open_process(
+                self._in_session(), self._exec_argv, limits, self._temp_root, argv,
+                files=files, env=env, pty=pty) as process:
+            yield process
+
+    # -- its life ----------------------------------------------------------
+
+    def _in_session(self) -> _Joined:
+        if self.ended:
+            raise RunnerError(Reason.SESSION_ENDED, self.ended)
+        assert self._joined is not None
+        return self._joined
+
+    def _command_limits(self, limits: Limits | None) -> Limits:
+        if limits is None:
+            return self.limits
+        if not isinstance(limits, Limits):
+            raise TypeError("limits must be a trunner.Limits")
+        changes: dict[str, Any] = {}
+        refused: list[str] = []
+        for name in limits.__struct_fields__:
+            value = getattr(limits, name)
+            if value == getattr(_DEFAULT, name) or value == getattr(self.limits, name):
+                continue
+            if name in COMMAND_FIELDS:
+                changes[name] = value
+            else:
+                refused.append(name)
+        if refused:
+            raise RunnerError(Reason.BAD_REQUEST, f"{', '.join(refused)}: the session's, set by"
+                              f" Runner.session(limits=); a command sets only"
+                              f" {', '.join(COMMAND_FIELDS)}")
+        if changes.get("memory_bytes", 0) > self.limits.memory_bytes:
+            raise RunnerError(Reason.BAD_REQUEST, f"memory_bytes {changes['memory_bytes']} is"
+                              f" over the session's {self.limits.memory_bytes}")
+        return msgspec.structs.replace(self.limits, **changes)
+
+    @asynccontextmanager
+    async def _command(self) -> AsyncIterator[None]:
+        """One command's slot and scope: it counts as activity (no idle end
+        meanwhile), and the session's end cancels it, as `session_ended`."""
+        self._in_session()
+        async with self._slots:
+            self._in_session()
+            self._running += 1
+            self._changed.set()
+            scope = trio.CancelScope(deadline=self._expires)
+            self._scopes.add(scope)
+            try:
+                with scope:
+                    yield
+            finally:
+                self._scopes.discard(scope)
+                self._running -= 1
+                self._idle_from = trio.current_time()
+                self._changed.set()
+                if not self._running:
+                    self._quiet.set()
+            if scope.cancelled_caught:
+                raise RunnerError(Reason.SESSION_ENDED, self.ended or "its lifetime_s passed")
+
+    async def _start(self, nursery: trio.Nursery) -> None:
+        """Open the session's jail and wait until its pid 2 holds it."""
+        backend = _Holding(self._backend)
+        argv = self._backend.adapter_argv(HOLD_MODE, builtin=True)
+        started = await invocation.start(backend, argv, self.limits, self._temp_root, COLD)
+        self._started = started
+        child, jail = started.child, started.jail
+        ready = b""
+        try:
+            with trio.move_on_after(self.limits.wall_time_s):
+                ready = await child.stdout.receive_some(len(HOLD_READY))
+            if ready != HOLD_READY or not jail.note_init(child.report_so_far()):
+                await self._fail_start()
+        except BaseException:
+            await self._close_jail()
+            raise
+        self._joined = _Joined(self._backend, jail)
+        now = trio.current_time()
+        self._idle_from, self._expires = now, now + self.lifetime_s
+        nursery.start_soon(self._watch)
+
+    async def _fail_start(self) -> None:
+        """The session's jail did not come up: its end says why."""
+        assert self._started is not None
+        child, jail = self._started.child, self._started.jail
+        await child.aclose()
+        assert child.exit_code is not None
+        failure = jail.explain(child.exit_code, child.report, child.started_us)
+        if failure is not None:
+            raise failure.error()
+        raise RunnerError(Reason.SANDBOX_SETUP, "the session's jail did not say it was ready"
+                          f" within wall_time_s (exit {child.exit_code})")
+
+    async def _watch(self) -> None:
+        """End the session at `lifetime_s`, after `idle_s` without a command,
+        or when its jail ends by itself."""
+        assert self._started is not None
+        child = self._started.child
+        why = ""
+        async with trio.open_nursery() as nursery:
+
+            async def jail_ended() -> None:
+                nonlocal why
+                pidfd = os.dup(child.pidfd)  # `aclose` waits on the child's own
+                try:
+                    await trio.lowlevel.wait_readable(pidfd)
+                finally:
+                    os.close(pidfd)
+                why = why or "its jail ended (its pid 2 exited)"
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(jail_ended)
+            while True:
+                wake = self._expires
+                if not self._running:
+                    wake = min(wake, self._idle_from + self.idle_s)
+                with trio.move_on_at(wake):
+                    await self._changed.wait()
+                self._changed = trio.Event()
+                now = trio.current_time()
+                if now >= self._expires:
+                    why = f"its lifetime_s ({self.lifetime_s:g} s) passed"
+                elif not self._running and now >= self._idle_from + self.idle_s:
+                    why = f"idle_s ({self.idle_s:g} s) passed with no command"
+                if why:
+                    nursery.cancel_scope.cancel()
+                    break
+        await self.aclose(why)
+
+    async def aclose(self, why: str = "its async with ended") -> None:
+        """End the session: its commands in flight (`session_ended`), then
+        its jail, as a run's ends. Shielded; a second call waits for the first."""
+        with trio.CancelScope(shield=True):
+            if self._closing:
+                await self._closed.wait()
+                return
+            self._closing = True
+            self.ended = self.ended or why
+            try:
+                for scope in list(self._scopes):
+                    scope.cancel()
+                if self._running:
+                    self._quiet = trio.Event()
+                    await self._quiet.wait()
+                await self._close_jail()
+            finally:
+                self._closed.set()
+
+    async def _close_jail(self) -> None:
+        if self._started is not None:
+            try:
+                await self._started.child.aclose()
+            finally:
+                await close_jail(self._started.jail)
+
+
+@asynccontextmanager
+async def open_session(backend: JailBackend, exec_argv: Sequence[str], limits: Limits,
+                       temp_root: str | None, *, idle_s: float,
+                       lifetime_s: float) -> AsyncIterator[Session]:
+    """`Runner.session`'s pipeline: start the session's jail, serve the
+    body, end it whatever happens."""
+    for name, value in (("idle_s", idle_s), ("lifetime_s", lifetime_s)):
+        if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+            raise RunnerError(Reason.BAD_REQUEST, f"{name} must be a positive number of seconds")
+    session = Session(backend, exec_argv, limits, temp_root, idle_s=idle_s,
+                      lifetime_s=lifetime_s)
+    raised: BaseException | None = None
+    with invocation.only_runner_errors():
+        async with trio.open_nursery() as nursery:
+            await session._start(nursery)
+            try:
+                yield session
+            except BaseException as e:  # re-raised below, outside the nursery: as itself
+                raised = e
+            finally:
+                nursery.cancel_scope.cancel()
+                await session.aclose()
+    if raised is not None:
+        try:
+            raise raised
+        finally:
+            raised = None  # no reference cycle through the frame
+
+
+class _Delegate:
+    """A backend that is another one, but for how it opens jails."""
+
+    def __init__(self, backend: JailBackend) -> None:
+        self._backend = backend
+        self.worker, self.import_paths = backend.worker, backend.import_paths
+
+    def probe(self) -> Any:  # noqa: ANN401  the backend's HostSupport
+        return self._backend.probe()
+
+    def check(self) -> None:
+        self._backend.check()
+
+    def settle(self) -> None:
+        self._backend.settle()
+
+    def adapter_argv(self, mode: str, *, builtin: bool) -> tuple[str, ...]:
+        return self._backend.adapter_argv(mode, builtin=builtin)
+
+    def rules_document(self, limits: Limits, *, stdio: str = "pipes",
+                       session: bool = False) -> Mapping[str, object]:
+        return self._backend.rules_document(limits, stdio=stdio, session=session)
+
+    def sweep(self, temp_root: str | None) -> list[str]:
+        return self._backend.sweep(temp_root)
+
+    def fork_server(self, mode: str) -> Spawner:
+        raise RunnerError(Reason.BAD_REQUEST, "a session's commands are not pooled")
+
+
+class _Holding(_Delegate):
+    """Opens a session's own jail."""
+
+    def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits,
+                  in_process: str = "", stdio: str = "pipes", session: Jail | None = None,
+                  holds_session: bool = False) -> Jail:
+        return self._backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv,
+                                       limits=limits, holds_session=True)
+
+    def rules_version(self, limits: Limits, *, stdio: str = "pipes", session: bool = False) -> str:
+        return self._backend.rules_version(limits, stdio=stdio)
+
+
+class _Joined(_Delegate):
+    """Opens jails that join the session's `jail` (its commands')."""
+
+    def __init__(self, backend: JailBackend, jail: Jail) -> None:
+        super().__init__(backend)
+        self._jail = jail
+
+    def open_jail(self, *, jail_dir: str, adapter_argv: Sequence[str], limits: Limits,
+                  in_process: str = "", stdio: str = "pipes", session: Jail | None = None,
+                  holds_session: bool = False) -> Jail:
+        return self._backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv,
+                                       limits=limits, stdio=stdio, session=self._jail)
+
+    def rules_version(self, limits: Limits, *, stdio: str = "pipes", session: bool = False) -> str:
+        return self._backend.rules_version(limits, stdio=stdio, session=True)
