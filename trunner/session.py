@@ -62,6 +62,7 @@ class Session:
         self.idle_s, self.lifetime_s = idle_s, lifetime_s
         self._backend, self._exec_argv, self._temp_root = backend, adapter_argv, temp_root
         self._started: Started | None = None
+        self._nursery: trio.Nursery | None = None
         self._joined: _Joined | None = None
         #: Why it ended ("": it serves).
         self.ended = ""
@@ -121,13 +122,47 @@ class Session:
         pty: bool = False,
     ) -> AsyncIterator[StreamingProcess]:
         """`Runner.open_process` in the session."""
+        async with self._open(argv, files=files, env=env, limits=self._command_limits(limits),
+                              pty=pty) as process:
+            yield process
+
+    @asynccontextmanager
+    async def _open(self, argv: Sequence[str], *, files: Mapping[str, bytes | ExecFile] | None,
+                    env: Mapping[str, str] | None, limits: Limits, pty: bool = False,
+                    active: bool = True) -> AsyncIterator[StreamingProcess]:
         from trunner import streaming
 
-        limits = self._command_limits(limits)
-        async with self._command(), streaming.open_process(
+        async with self._command(active=active), streaming.open_process(
                 self._in_session(), self._exec_argv, limits, self._temp_root, argv,
                 files=files, env=env, pty=pty) as process:
             yield process
+
+    async def start_background(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, bytes | ExecFile] | None = None,
+        env: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
+    ) -> Background:
+        """Start `argv` in the background (an agent's dev server): a command
+        of its own, in the session's network, working dir and cgroup, whose
+        stdout and stderr are kept, each within its cap. It ends at its own
+        `wall_time_s` (by default what is left of the session's lifetime),
+        at `Background.stop()`, or with the session; it does not keep the
+        session from its `idle_s` end. Returns once it runs.
+
+        Raises:
+            RunnerError: as `open_process` would, before it runs.
+        """
+        if limits is None or limits.wall_time_s == _DEFAULT.wall_time_s:
+            left = max(self._expires - trio.current_time(), 0.001)
+            limits = msgspec.structs.replace(limits or self.limits, wall_time_s=left)
+        limits = self._command_limits(limits)
+        assert self._nursery is not None
+        background = Background(argv)
+        await self._nursery.start(background._serve, self, argv, files, env, limits)
+        return background
 
     # -- its life ----------------------------------------------------------
 
@@ -162,13 +197,14 @@ class Session:
         return msgspec.structs.replace(self.limits, **changes)
 
     @asynccontextmanager
-    async def _command(self) -> AsyncIterator[None]:
-        """One command's slot and scope: it counts as activity (no idle end
-        meanwhile), and the session's end cancels it, as `session_ended`."""
+    async def _command(self, *, active: bool = True) -> AsyncIterator[None]:
+        """One command's slot and scope: the session's end cancels it, as
+        `session_ended`. `active`: it counts as activity (no idle end
+        meanwhile); a background process does not."""
         self._in_session()
         async with self._slots:
             self._in_session()
-            self._running += 1
+            self._running += active
             self._changed.set()
             scope = trio.CancelScope(deadline=self._expires)
             self._scopes.add(scope)
@@ -177,10 +213,10 @@ class Session:
                     yield
             finally:
                 self._scopes.discard(scope)
-                self._running -= 1
+                self._running -= active
                 self._idle_from = trio.current_time()
                 self._changed.set()
-                if not self._running:
+                if not self._scopes:
                     self._quiet.set()
             if scope.cancelled_caught:
                 raise RunnerError(Reason.SESSION_ENDED, self.ended or "its lifetime_s passed")
@@ -202,6 +238,7 @@ class Session:
             await self._close_jail()
             raise
         self._joined = _Joined(self._backend, jail)
+        self._nursery = nursery
         now = trio.current_time()
         self._idle_from, self._expires = now, now + self.lifetime_s
         nursery.start_soon(self._watch)
@@ -264,10 +301,10 @@ class Session:
             self._closing = True
             self.ended = self.ended or why
             try:
-                for scope in list(self._scopes):
-                    scope.cancel()
-                if self._running:
+                if self._scopes:
                     self._quiet = trio.Event()
+                    for scope in list(self._scopes):
+                        scope.cancel()
                     await self._quiet.wait()
                 await self._close_jail()
             finally:
@@ -279,6 +316,80 @@ class Session:
                 await self._started.child.aclose()
             finally:
                 await close_jail(self._started.jail)
+
+
+@final
+class Background:
+    """A session's background process (`Session.start_background`)."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.argv = tuple(argv)
+        self._out: list[bytearray] = [bytearray(), bytearray()]
+        #: Its verdict once it ended cleanly (`ExecResult`, no output: that
+        #: is `stdout`, `stderr`), or why not.
+        self.result: Result[ExecResult] | None = None
+        self.error: RunnerError | None = None
+        self._scope = trio.CancelScope()
+        self._stopped = False
+        self._done = trio.Event()
+
+    @property
+    def stdout(self) -> bytes:
+        """What it wrote to stdout so far (unverified, within its cap)."""
+        return bytes(self._out[0])
+
+    @property
+    def stderr(self) -> bytes:
+        return bytes(self._out[1])
+
+    @property
+    def running(self) -> bool:
+        return not self._done.is_set()
+
+    async def wait(self) -> Result[ExecResult] | None:
+        """Its end: the result, its `RunnerError` raised, or None if it
+        was stopped."""
+        await self._done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    async def stop(self) -> None:
+        """Kill it (its whole PID namespace) and wait until it is gone; it
+        then has no verdict."""
+        self._stopped = True
+        self._scope.cancel()
+        await self._done.wait()
+
+    async def _serve(self, session: Session, argv: Sequence[str],
+                     files: Mapping[str, bytes | ExecFile] | None,
+                     env: Mapping[str, str] | None, limits: Limits,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        try:
+            with self._scope:
+                async with session._open(argv, files=files, env=env, limits=limits,
+                                         active=False) as process:
+                    started = True
+                    task_status.started()
+                    async with trio.open_nursery() as nursery:
+                        for stream, kept in ((process.stdout, self._out[0]),
+                                             (process.stderr, self._out[1])):
+                            nursery.start_soon(_keep, stream, kept)
+                self.result = process.result
+        except RunnerError as e:
+            if not started:
+                raise
+            self.error = e
+        finally:
+            if self.result is None and self.error is None and session.ended and not self._stopped:
+                self.error = RunnerError(Reason.SESSION_ENDED, session.ended)
+            self._done.set()
+
+
+async def _keep(stream: trio.abc.ReceiveStream, kept: bytearray) -> None:
+    while chunk := await stream.receive_some():
+        kept += chunk
 
 
 @asynccontextmanager
@@ -301,6 +412,7 @@ async def open_session(backend: JailBackend, exec_argv: Sequence[str], limits: L
             except BaseException as e:  # re-raised below, outside the nursery: as itself
                 raised = e
             finally:
+                session.ended = session.ended or "its async with ended"
                 nursery.cancel_scope.cancel()
                 await session.aclose()
     if raised is not None:

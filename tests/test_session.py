@@ -1,0 +1,224 @@
+"""`Runner.session`: one jail across commands. Real jails: each command is
+a helper that joins the session's namespaces; the files, the network and
+the cgroup are the session's, the verdict, usage and processes the
+command's own. The autouse leak check sees nothing left after each test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import pytest
+import trio
+
+from conftest import cgroup_dirs, child_pids
+from support import scaled, wait_until
+from trunner import Limits, Reason, Runner, RunnerError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from trunner.session import Session
+
+
+@pytest.fixture
+def runner(jail_root: Path) -> Runner:
+    return Runner(temp_root=str(jail_root), limits=Limits(wall_time_s=scaled(20.0)))
+
+
+def host_pids_running(marker: str) -> list[int]:
+    """Host processes whose command line holds `marker` (unique per test)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+async def sh(s: Session, script: str, **kw: object) -> str:
+    r = (await s.exec(["sh", "-c", script], **kw)).response  # type: ignore[arg-type]
+    assert (r.exit_code, r.stderr) == (0, b""), r
+    return r.stdout.decode()
+
+
+async def test_files_symlinks_empty_dirs_and_mtimes_stay_across_commands(
+        runner: Runner) -> None:
+    async with runner.session() as s:
+        await sh(s, "mkdir -p work/empty && printf hi > work/f && ln -s f work/l"
+                    " && touch -d @1000000000 work/f && chmod 751 work/f && echo t > /tmp/t")
+        got = await sh(s, "stat -c '%n %F %a %Y' work/empty work/f; readlink work/l;"
+                          " cat work/l /tmp/t")
+    empty, *rest = got.splitlines()
+    assert empty.rsplit(" ", 1)[0] == "work/empty directory 755", got
+    assert rest == ["work/f regular file 751 1000000000", "f", "hit"], got
+
+
+async def test_each_command_has_its_own_verdict_usage_and_deadline(runner: Runner) -> None:
+    """A command's exit, CPU and peak are its own; its timeout ends it
+    alone, and the session serves the next command with its files."""
+    burn = [sys.executable, "-c", "import time\nt = time.process_time()\n"
+            "b = bytearray(64 << 20)\n"
+            "while time.process_time() - t < 0.3: pass\nopen('burnt', 'w')"]
+    async with runner.session() as s:
+        busy = await s.exec(burn)
+        idle = await s.exec(["sh", "-c", "exit 3"])
+        with pytest.raises(RunnerError) as info:
+            await s.exec(["sleep", "1000"], limits=Limits(wall_time_s=0.5))
+        after = await s.exec(["ls", "burnt"])
+    assert busy.response.exit_code == 0
+    assert idle.response.exit_code == 3
+    assert busy.usage is not None
+    assert idle.usage is not None
+    assert busy.usage.cpu_user_s + busy.usage.cpu_sys_s >= 0.25
+    assert idle.usage.cpu_user_s + idle.usage.cpu_sys_s < 0.1  # not the earlier command's
+    assert busy.usage.peak_memory_bytes > 64 << 20 > 2 * idle.usage.peak_memory_bytes
+    assert info.value.reason is Reason.TIMEOUT
+    assert after.response.stdout == b"burnt\n"
+
+
+async def test_a_commands_processes_end_with_it_and_see_no_other(runner: Runner) -> None:
+    """An orphan a command leaves dies with its PID namespace; a command
+    sees only its own processes (its own /proc), never the session's pid 1
+    and 2, another command's or a background process's."""
+    marker = f"{os.getpid()}.{id(runner) % 1000}"
+    async with runner.session() as s:
+        bg = await s.start_background(["sleep", f"{marker}1"])
+        await sh(s, f"sleep {marker}2 > /dev/null 2>&1 &")
+        assert host_pids_running(f"{marker}2") == []
+        await wait_until(lambda: host_pids_running(f"{marker}1"), 10, "the background sleep")
+        seen = await sh(s, "cd /proc && echo [0-9]*; cat /proc/1/cmdline | tr '\\0' ' ';"
+                           " for p in 3 4 5 6 7 8 9; do kill -0 $p 2>/dev/null && echo $p; done;"
+                           " true")
+        await bg.stop()
+        assert await bg.wait() is None
+        assert host_pids_running(f"{marker}1") == []
+    pids, init, *alive = seen.splitlines()
+    assert pids == "1 2 3", seen  # its pid 1 (the waiter), 2 (the adapter), its sh
+    assert "trunner-waiter init" in init, seen
+    assert alive == [], seen
+
+
+async def test_a_background_server_answers_a_later_command(runner: Runner) -> None:
+    server = [sys.executable, "-c", (
+        "import socket\n"
+        "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind(('127.0.0.1', 8765)); s.listen()\n"
+        "print('listening', flush=True)\n"
+        "while True:\n"
+        "    c, _ = s.accept(); c.sendall(open('greeting').read().encode()); c.close()\n")]
+    client = [sys.executable, "-c", (
+        "import socket, time\n"
+        "for _ in range(500):\n"
+        "    try:\n"
+        "        print(socket.create_connection(('127.0.0.1', 8765)).recv(100).decode())\n"
+        "        break\n"
+        "    except ConnectionRefusedError:\n"
+        "        time.sleep(0.02)\n")]
+    async with runner.session() as s:
+        bg = await s.start_background(server, files={"greeting": b"hello from the server"})
+        got = await s.exec(client)
+        assert bg.running
+        assert bg.stdout == b"listening\n"
+    assert got.response.stdout == b"hello from the server\n"
+    assert not bg.running
+    with pytest.raises(RunnerError) as info:
+        await bg.wait()
+    assert info.value.reason is Reason.SESSION_ENDED  # it ended with the session
+
+
+async def test_commands_run_at_once_in_one_session(runner: Runner) -> None:
+    """Two commands in flight together, each its own verdict; a fifo in the
+    shared working dir proves they overlapped."""
+    async with runner.session() as s:
+        await sh(s, "mkfifo pipe")
+        got: dict[str, str] = {}
+
+        async def one(name: str, script: str) -> None:
+            got[name] = await sh(s, script)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, "reader", "cat pipe")
+            nursery.start_soon(one, "writer", "echo through > pipe; echo sent")
+    assert got == {"reader": "through\n", "writer": "sent\n"}
+
+
+async def test_nothing_of_the_session_is_left(runner: Runner) -> None:
+    cgroups = cgroup_dirs()
+    async with runner.session() as s:
+        await sh(s, "echo x > f")
+        assert child_pids() != []  # the session's helper, alive between commands
+        if os.getuid() == 0:
+            assert len(cgroup_dirs()) > len(cgroups)
+    assert child_pids() == []
+    assert cgroup_dirs() == cgroups
+
+
+async def test_a_limit_only_the_session_sets_is_refused(runner: Runner) -> None:
+    async with runner.session(limits=Limits(memory_bytes=256 << 20)) as s:
+        for limits, named in ((Limits(processes=5), "processes"),
+                              (Limits(scratch_bytes=2 << 20), "scratch_bytes"),
+                              (Limits(memory_bytes=512 << 20), "memory_bytes 536870912")):
+            with pytest.raises(RunnerError) as info:
+                await s.exec(["true"], limits=limits)
+            assert info.value.reason is Reason.BAD_REQUEST
+            assert info.value.detail.startswith(named), info.value.detail
+        # A field left at its default is the session's: here its memory_bytes.
+        r = await s.exec(["sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+                          " /sys/fs/cgroup/memory.max 2>/dev/null; true"],
+                         limits=Limits(wall_time_s=scaled(20.0)))
+    if os.getuid() == 0:
+        assert r.response.stdout == b"268435456\n"
+
+
+async def test_idle_s_ends_the_session_and_a_later_command_is_refused(runner: Runner) -> None:
+    async with runner.session(idle_s=0.2) as s:
+        await sh(s, "true")
+        await trio.sleep(0.2 + scaled(2.0))
+        assert s.ended.startswith("idle_s (0.2 s) passed")
+        with pytest.raises(RunnerError) as info:
+            await s.exec(["true"])
+    assert info.value.reason is Reason.SESSION_ENDED
+    assert child_pids() == []
+
+
+async def test_lifetime_s_ends_a_command_in_flight(runner: Runner) -> None:
+    async with runner.session(lifetime_s=scaled(2.0)) as s:
+        with pytest.raises(RunnerError) as info:
+            await s.exec(["sleep", "1000"])
+    assert info.value.reason is Reason.SESSION_ENDED
+    assert info.value.detail.startswith("its lifetime_s"), info.value.detail
+
+
+async def test_a_commands_rules_version_is_the_sessions_own(runner: Runner) -> None:
+    async with runner.session() as s:
+        r = await s.exec(["true"])
+    assert r.rules_version == s.rules_version() != runner.rules_version()
+
+
+async def test_the_body_s_exception_leaves_as_itself(runner: Runner) -> None:
+    async def body() -> None:
+        async with runner.session() as s:
+            await sh(s, "true")
+            raise KeyError("mine")
+
+    with pytest.raises(KeyError, match="mine"):
+        await body()
+    assert child_pids() == []
+
+
+@pytest.mark.slow
+async def test_a_thousand_commands_leave_nothing(runner: Runner) -> None:
+    fds = len(os.listdir("/proc/self/fd"))
+    async with runner.session() as s:
+        for i in range(1000):
+            r = await s.exec(["sh", "-c", f"echo {i} >> log"])
+            assert r.response.exit_code == 0
+        assert (await s.exec(["wc", "-l", "log"])).response.stdout == b"1000 log\n"
+        assert len(os.listdir("/proc/self/fd")) <= fds + 8  # the session's own pipes
+    assert len(os.listdir("/proc/self/fd")) == fds
