@@ -57,7 +57,7 @@ def test_the_readme_is_short() -> None:
 def test_the_readme_shows_its_files_and_programs() -> None:
     files, programs, ray = blocks()
     assert set(files) == {"my_modes/my_pkg/modes.py", "my_modes/my_pkg/__init__.py"}
-    assert len(programs) == 5
+    assert len(programs) == 6
     assert len(ray) == 1
 
 
@@ -76,13 +76,14 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
                               capture_output=True, text=True, timeout=scaled(300))
         assert done.returncode == 0, (program, done.stdout, done.stderr)
         outputs.append(done.stdout.splitlines())
-    main, stream, from_asyncio, signals, usage = outputs
+    main, stream, session, from_asyncio, signals, usage = outputs
     assert main[0].startswith("{'x': [1, 2, 3]} ")
     assert main[1] == "0 b'hi\\n'"
     assert main[2] == "127 b'trunner: no-such-program: not found\\n'"
     assert main[3] == "0"
     assert main[4] == "{'html': '<p>...</p>'}"
     assert stream == ["b'42\\n'", "0"]
+    assert session[0].startswith("b'42\\n' Usage(wall_s="), session
     assert from_asyncio == ["b'hi\\n'"]
     assert signals == ["0", "1", "2"]
     assert usage[0].startswith("Usage(wall_s=")

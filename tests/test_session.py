@@ -222,3 +222,38 @@ async def test_a_thousand_commands_leave_nothing(runner: Runner) -> None:
         assert (await s.exec(["wc", "-l", "log"])).response.stdout == b"1000 log\n"
         assert len(os.listdir("/proc/self/fd")) <= fds + 8  # the session's own pipes
     assert len(os.listdir("/proc/self/fd")) == fds
+
+
+async def test_a_later_command_cannot_reach_a_background_abstract_socket(
+        runner: Runner) -> None:
+    """Landlock's abstract unix socket scope (ABI 6): each command is a
+    domain of its own, so a background process's abstract socket is out of
+    a later command's reach; its pathname socket in the working dir is not."""
+    from conftest import landlock_abi_in_force
+
+    server = [sys.executable, "-c", (
+        "import socket, threading\n"
+        "def serve(family_addr):\n"
+        "    s = socket.socket(socket.AF_UNIX); s.bind(family_addr); s.listen()\n"
+        "    while True:\n"
+        "        c, _ = s.accept(); c.sendall(b'hi'); c.close()\n"
+        "threading.Thread(target=serve, args=('\\0trunner-session-test',), daemon=True).start()\n"
+        "serve('sock')\n")]
+    client = [sys.executable, "-c", (
+        "import socket, time\n"
+        "for addr in ('sock', '\\0trunner-session-test'):\n"
+        "    for _ in range(500):\n"
+        "        try:\n"
+        "            c = socket.socket(socket.AF_UNIX); c.connect(addr)\n"
+        "            print(addr[:4].strip(chr(0)), c.recv(2).decode()); break\n"
+        "        except FileNotFoundError:\n"
+        "            time.sleep(0.02)\n"
+        "        except OSError as e:\n"
+        "            print(addr[:4].strip(chr(0)), e.errno); break\n")]
+    async with runner.session() as s:
+        bg = await s.start_background(server)
+        got = (await s.exec(client)).response.stdout.decode().splitlines()
+        await bg.stop()
+    assert got[0] == "sock hi"
+    if landlock_abi_in_force() >= 6:
+        assert got[1] == "tru 1", got  # EPERM: another domain's abstract socket

@@ -1,9 +1,9 @@
 """Starting a jail's first stage and owning its leader until nothing of it is left.
 
 One interface, `Spawner`, starts every jail: the cold spawner here (a
-fork and exec of the helper each run), a pool's fork server
-(`trunner.linux.forkclient`), and, next, a session's spawner, whose first
-stage joins an existing jail's namespaces instead of making them. Each
+fork and exec of the helper each run, a session's commands too: their
+jail, not the spawner, says to join the session's namespaces) and a pool's
+fork server (`trunner.linux.forkclient`). Each
 hands back a `Child`, made by `Child.adopt` only once its leader is the
 parent's own unreaped child, in a session and group of its own, listed
 with the watchdog; before that, `abandon` is the one cleanup. Every fork
