@@ -284,6 +284,17 @@ def test_helper_steps_quick_reports_every_figure(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_session_cost_quick_reports_every_way(tmp_path: Path) -> None:
+    """benchmarks/session_cost.py: a session's command, a pooled exec and a
+    cold one, each with its wall and host CPU per call, and the ratios."""
+    report = run_quick_json("session_cost.py", tmp_path)
+    assert (report["calls"], report["rounds"]) == (5, 1)
+    for way in ("session", "pool", "cold", "session/pool", "session/cold"):
+        assert positive(report[way]["wall_ms"]), way
+        assert positive(report[way]["cpu_ms"]), way
+
+
+@pytest.mark.slow
 def test_stream_echo_quick_reports_both_medians(tmp_path: Path) -> None:
     """benchmarks/stream_echo.py: one-byte round trips through open_process
     and through a bare pipe pair, each figure there and positive."""
