@@ -356,3 +356,66 @@ def test_the_docs_block_runs_as_written(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=scaled(300))
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert done.stdout.splitlines() == ["['42', 'cpu_time']", "cancelled"]
+
+
+# -- streams and sessions, from asyncio ----------------------------------------
+
+
+def test_open_process_from_asyncio(arunner: AsyncioRunner) -> None:
+    async def main() -> tuple[bytes, bytes, int | None]:
+        async with arunner.open_process(["sh", "-c", "read n; echo $((n * 2)); echo e >&2"]) as p:
+            await p.stdin.send_all(b"21\n")
+            out = await p.stdout.receive_some()
+            err = await p.stderr.receive_some()
+        assert p.result is not None
+        return out, err, p.result.response.exit_code
+
+    assert run(main) == (b"42\n", b"e\n", 0)
+
+
+def test_an_open_process_cap_leaves_the_async_with_as_its_error(arunner: AsyncioRunner) -> None:
+    async def main() -> None:
+        async with arunner.open_process(["sh", "-c", "yes"],
+                                        limits=Limits(stdout_max_bytes=1000)) as p:
+            while True:
+                await p.stdout.receive_some()
+
+    with pytest.raises(RunnerError) as info:
+        run(main)
+    assert info.value.reason is Reason.STDOUT_CAP
+
+
+def test_a_session_from_asyncio(arunner: AsyncioRunner) -> None:
+    """Files kept across commands, a background process, a streamed one,
+    and an asyncio cancel that ends one command, not the session."""
+    async def main() -> tuple[bytes, bytes, bytes, str]:
+        async with arunner.session() as s:
+            await s.exec(["sh", "-c", "echo kept > f"])
+            bg = await s.start_background(["sh", "-c", "cat f; sleep 1000"])
+            await until(lambda: bg.stdout, 20, "the background's output")
+            task = asyncio.ensure_future(s.exec(["sleep", "1000"]))
+            await asyncio.sleep(scaled(0.5))
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            async with s.open_process(["cat", "f"]) as p:
+                streamed = await p.stdout.receive_some()
+            kept = (await s.exec(["cat", "f"])).response.stdout
+            await bg.stop()
+            return kept, bg.stdout, streamed, s.ended
+
+    kept, background, streamed, ended = run(main)
+    assert kept == background == streamed == b"kept\n"
+    assert ended == ""
+
+
+def test_an_exception_of_the_session_body_leaves_as_itself(arunner: AsyncioRunner) -> None:
+    async def main() -> None:
+        async with arunner.session() as s:
+            await s.exec(["true"])
+            raise KeyError("the body's own")
+
+    with pytest.raises(KeyError, match="the body's own") as info:
+        run(main)
+    assert type(info.value) is KeyError
+    assert child_pids() == []

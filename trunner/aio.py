@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from trunner.limits import Limits
     from trunner.pool import WorkerPool
     from trunner.protocol import ExecFile, ExecResult
+    from trunner.session import Background, Session
+    from trunner.streaming import StreamingProcess
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -241,6 +243,12 @@ class Held(Generic[T]):
             settle_soon(opened, (True, value))
             await self._stop.wait()
 
+    async def wait_ended(self) -> None:
+        """Wait until the held one ends; its failure cancels the body, this
+        task among them, first (`_on_end` was added first)."""
+        assert self._ended is not None
+        await asyncio.wait([self._ended])
+
     def _on_end(self, ended: asyncio.Future[Outcome]) -> None:
         """The held one ended while the body runs: its failure. Cancel the body."""
         if self._body is not None and not self._body.done():
@@ -353,6 +361,169 @@ class AsyncioRunner:
         """
         return AsyncioWorkerPool(self.runner.pool(mode, size=size, limits=limits,
                                                   idle_s=idle_s))
+
+    def open_process(
+        self, argv: Sequence[str], *, files: Mapping[str, bytes | ExecFile] | None = None,
+        env: Mapping[str, str] | None = None, limits: Limits | None = None, pty: bool = False,
+    ) -> AsyncioProcess:
+        """`Runner.open_process`, from asyncio: `async with
+        runner.open_process(argv) as p:`, then `await p.stdin.send_all(b)`,
+        `await p.stdout.receive_some()`; `p.result` after a clean end."""
+        return AsyncioProcess(Held("AsyncioRunner.open_process", self.runner.open_process(
+            argv, files=files, env=env, limits=limits, pty=pty)))
+
+    def session(self, *, limits: Limits | None = None, idle_s: float = 300.0,
+                lifetime_s: float = 3600.0) -> AsyncioSession:
+        """`Runner.session`, from asyncio: `async with runner.session() as s:`,
+        then `await s.exec(argv)`, `s.open_process(argv)`,
+        `await s.start_background(argv)` (docs/sessions.md)."""
+        return AsyncioSession(Held("AsyncioRunner.session", self.runner.session(
+            limits=limits, idle_s=idle_s, lifetime_s=lifetime_s)))
+
+
+class AsyncioSendStream:
+    """A trio send stream of the portal's, from asyncio."""
+
+    def __init__(self, stream: trio.abc.SendStream) -> None:
+        self._stream = stream
+
+    async def send_all(self, data: bytes) -> None:
+        await call("send_all", self._stream.send_all, data)
+
+    async def aclose(self) -> None:
+        await call("aclose", self._stream.aclose)
+
+
+class AsyncioReceiveStream:
+    """A trio receive stream of the portal's (a `CappedStream`), from asyncio."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, held: Held[Any]) -> None:
+        self._stream, self._held = stream, held
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        try:
+            return bytes(await call("receive_some", self._stream.receive_some, max_bytes))
+        except trio.BrokenResourceError:
+            # A read past the cap: the run ends with its error, which cancels
+            # this body (as trio's does) and leaves the `async with` as itself.
+            await self._held.wait_ended()
+            raise
+
+
+@final
+class AsyncioProcess:
+    """Use as `async with runner.open_process(argv) as p:` (an
+    `AsyncioRunner` or `AsyncioSession`); see `Runner.open_process`. A cap
+    or a limit cancels the body and leaves the `async with` as its
+    `RunnerError`; `result` is set only after a clean end."""
+
+    def __init__(self, held: Held[StreamingProcess]) -> None:
+        self._held = held
+        self._process: StreamingProcess | None = None
+
+    async def __aenter__(self) -> AsyncioProcess:
+        process = self._process = await self._held.enter()
+        self.stdin = AsyncioSendStream(process.stdin)
+        self.stdout = AsyncioReceiveStream(process.stdout, self._held)
+        self.stderr = AsyncioReceiveStream(process.stderr, self._held)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._held.exit(exc)
+
+    @property
+    def result(self) -> Result[ExecResult] | None:
+        return None if self._process is None else self._process.result
+
+    def set_window_size(self, *, rows: int, columns: int) -> None:
+        assert self._process is not None
+        self._process.set_window_size(rows=rows, columns=columns)
+
+
+@final
+class AsyncioSession:
+    """Use as `async with runner.session() as s:` (an `AsyncioRunner`); see
+    `Runner.session` and `trunner.session.Session`."""
+
+    def __init__(self, held: Held[Session]) -> None:
+        self._held = held
+        self._session: Session | None = None
+
+    async def __aenter__(self) -> AsyncioSession:
+        self._session = await self._held.enter()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._held.exit(exc)
+
+    @property
+    def ended(self) -> str:
+        assert self._session is not None
+        return self._session.ended
+
+    def rules_version(self, limits: Limits | None = None) -> str:
+        assert self._session is not None
+        return self._session.rules_version(limits)
+
+    async def exec(
+        self, argv: Sequence[str], *, stdin: bytes = b"",
+        files: Mapping[str, bytes | ExecFile] | None = None, collect: Sequence[str] = (),
+        env: Mapping[str, str] | None = None, limits: Limits | None = None,
+        capture_on_failure: bool = False,
+    ) -> Result[ExecResult]:
+        """`Session.exec`, from asyncio."""
+        assert self._session is not None
+        return await call("AsyncioSession.exec", self._session.exec, argv, stdin=stdin,
+                          files=files, collect=collect, env=env, limits=limits,
+                          capture_on_failure=capture_on_failure)
+
+    def open_process(
+        self, argv: Sequence[str], *, files: Mapping[str, bytes | ExecFile] | None = None,
+        env: Mapping[str, str] | None = None, limits: Limits | None = None, pty: bool = False,
+    ) -> AsyncioProcess:
+        """`Session.open_process`, from asyncio."""
+        assert self._session is not None
+        return AsyncioProcess(Held("AsyncioSession.open_process", self._session.open_process(
+            argv, files=files, env=env, limits=limits, pty=pty)))
+
+    async def start_background(
+        self, argv: Sequence[str], *, files: Mapping[str, bytes | ExecFile] | None = None,
+        env: Mapping[str, str] | None = None, limits: Limits | None = None,
+    ) -> AsyncioBackground:
+        """`Session.start_background`, from asyncio."""
+        assert self._session is not None
+        background = await call("AsyncioSession.start_background",
+                                self._session.start_background, argv, files=files, env=env,
+                                limits=limits)
+        return AsyncioBackground(background)
+
+
+@final
+class AsyncioBackground:
+    """A session's background process (`trunner.session.Background`), from asyncio."""
+
+    def __init__(self, background: Background) -> None:
+        self._background = background
+
+    @property
+    def stdout(self) -> bytes:
+        return self._background.stdout
+
+    @property
+    def stderr(self) -> bytes:
+        return self._background.stderr
+
+    @property
+    def running(self) -> bool:
+        return self._background.running
+
+    async def wait(self) -> Result[ExecResult] | None:
+        return await call("AsyncioBackground.wait", self._background.wait)
+
+    async def stop(self) -> None:
+        await call("AsyncioBackground.stop", self._background.stop)
 
 
 @final

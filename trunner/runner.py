@@ -319,7 +319,6 @@ class Runner:
         """
         from trunner.session import open_session
 
-        invocation.require_trio("Runner.session", _ASYNCIO_RUNNER)
         return open_session(self._backend, self._adapter_argv("exec"), self._limits(limits),
                             self.temp_root, idle_s=idle_s, lifetime_s=lifetime_s)
 

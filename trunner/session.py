@@ -100,7 +100,7 @@ class Session:
             RunnerError: as `Runner.exec`; `session_ended`; `bad_request`
                 for a limit only the session sets.
         """
-        invocation.require_trio("Session.exec", "trunner.aio")
+        invocation.require_trio("Session.exec", "trunner.aio.AsyncioRunner.session")
         limits = self._command_limits(limits)
         request, caps = exec_checks.exec_request(argv, stdin, files, collect, limits, env)
         async with self._command():
@@ -398,6 +398,7 @@ async def open_session(backend: JailBackend, exec_argv: Sequence[str], limits: L
                        lifetime_s: float) -> AsyncIterator[Session]:
     """`Runner.session`'s pipeline: start the session's jail, serve the
     body, end it whatever happens."""
+    invocation.require_trio("`async with runner.session()`", "trunner.aio.AsyncioRunner")
     for name, value in (("idle_s", idle_s), ("lifetime_s", lifetime_s)):
         if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
             raise RunnerError(Reason.BAD_REQUEST, f"{name} must be a positive number of seconds")
