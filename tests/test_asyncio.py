@@ -419,3 +419,23 @@ def test_an_exception_of_the_session_body_leaves_as_itself(arunner: AsyncioRunne
         run(main)
     assert type(info.value) is KeyError
     assert child_pids() == []
+
+
+def test_cancel_on_signals_from_asyncio(arunner: AsyncioRunner) -> None:
+    """SIGTERM cancels the body: the run in flight ends its jail (the leak
+    check), the `async with` returns with the signal."""
+    import signal
+
+    from trunner.aio import cancel_on_signals
+
+    async def main() -> tuple[object, int | None, bool]:
+        reached = False
+        async with cancel_on_signals() as stop:
+            asyncio.get_running_loop().call_later(scaled(0.5), os.kill, os.getpid(),
+                                                  signal.SIGTERM)
+            await arunner.exec(["sleep", "1000"], limits=Limits(wall_time_s=scaled(60)))
+            reached = True
+        return stop.signal, stop.exit_code, reached
+
+    assert run(main) == (signal.SIGTERM, 143, False)
+    assert child_pids() == []

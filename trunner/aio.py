@@ -20,8 +20,10 @@ import asyncio
 import contextlib
 import functools
 import os
+import signal as _signal
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, final, overload
 
 import trio
@@ -29,7 +31,7 @@ import trio
 from trunner.runner import Runner
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
     from types import TracebackType
 
@@ -573,3 +575,53 @@ class AsyncioWorkerPool:
         """`WorkerPool.exec`, from asyncio."""
         return await call("AsyncioWorkerPool.exec", self._pool.exec, argv, stdin=stdin,
                           files=files, collect=collect, env=env, limits=limits)
+
+
+@final
+@dataclass(eq=False)
+class AsyncioSignalScope:
+    """What `cancel_on_signals()` (asyncio) says: the signal that arrived first, or None."""
+
+    signal: _signal.Signals | None = None
+
+    @property
+    def exit_code(self) -> int | None:
+        """128 + the signal, as a shell reports a process it ended; or None."""
+        return None if self.signal is None else 128 + self.signal
+
+
+@contextlib.asynccontextmanager
+async def cancel_on_signals(*signals: int) -> AsyncIterator[AsyncioSignalScope]:
+    """`trunner.cancel_on_signals` for asyncio: the first of `signals`
+    (default SIGTERM, SIGINT) cancels the body's task, so every trunner
+    call in it ends its jail before its `await` returns; the `async with`
+    then returns normally with `.signal` set. A second signal while the
+    body unwinds is held until it has, then delivered as usual. The
+    running loop's signal handlers for `signals` are this one's meanwhile;
+    main thread only."""
+    loop = _loop("trunner.aio.cancel_on_signals")
+    task = asyncio.current_task()
+    assert task is not None
+    scope = AsyncioSignalScope()
+    held: list[int] = []
+    wanted = signals or (_signal.SIGTERM, _signal.SIGINT)
+
+    def on_signal(signum: int) -> None:
+        if scope.signal is None:
+            scope.signal = _signal.Signals(signum)
+            task.cancel()
+        else:
+            held.append(signum)
+
+    for signum in wanted:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        yield scope
+    except asyncio.CancelledError:
+        if scope.signal is None or task.uncancel() > 0:
+            raise  # not (only) ours
+    finally:
+        for signum in wanted:
+            loop.remove_signal_handler(signum)
+        if held:
+            _signal.raise_signal(held[0])
