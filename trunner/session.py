@@ -7,7 +7,8 @@ session ends. Each command is an invocation of its own through the same
 pipeline, whose backend is the session's (`_Joined`): its jail joins the
 session's (the helper `setns`es into the namespaces of the session's pid
 1, then unshares a PID, mount and cgroup namespace of its own), its
-cgroups are made in the session's, and it keeps the runner's contract: its
+cgroups are made in the session's, its leader is forked by the session's
+own fork server (as a pool's), and it keeps the runner's contract: its
 own deadline, caps, usage and verdict. A session ends, exactly as a run
 does (group kill, cgroups, host id, dir), when its `async with` ends, when
 `idle_s` passes with no command, or when `lifetime_s` passes; a command
@@ -63,6 +64,9 @@ class Session:
         self._backend, self._exec_argv, self._temp_root = backend, adapter_argv, temp_root
         self._started: Started | None = None
         self._nursery: trio.Nursery | None = None
+        #: Commands start as a pool's runs do: a leader forked by a fork
+        #: server of the session's own (its pid 2 serves `exec` in-process).
+        self._spawner = backend.fork_server("exec")
         self._joined: _Joined | None = None
         #: Why it ended ("": it serves).
         self.ended = ""
@@ -106,7 +110,7 @@ class Session:
         async with self._command():
             result: Result[ExecResult] = await invocation.invoke(
                 self._in_session(), self._exec_argv, limits, self._temp_root, request, caps,
-                ExecResult, spawner=COLD, capture_on_failure=capture_on_failure)
+                ExecResult, spawner=self._spawner, capture_on_failure=capture_on_failure)
         exec_checks.check_exec_reply(result.response, limits, request.collect,
                                      capture_on_failure=capture_on_failure)
         return result
@@ -134,7 +138,7 @@ class Session:
 
         async with self._command(active=active), streaming.open_process(
                 self._in_session(), self._exec_argv, limits, self._temp_root, argv,
-                files=files, env=env, pty=pty) as process:
+                files=files, env=env, pty=pty, spawner=self._spawner) as process:
             yield process
 
     async def start_background(
@@ -406,7 +410,7 @@ async def open_session(backend: JailBackend, exec_argv: Sequence[str], limits: L
                       lifetime_s=lifetime_s)
     raised: BaseException | None = None
     with invocation.only_runner_errors():
-        async with trio.open_nursery() as nursery:
+        async with session._spawner, trio.open_nursery() as nursery:
             await session._start(nursery)
             try:
                 yield session
@@ -477,7 +481,8 @@ class _Joined(_Delegate):
                   in_process: str = "", stdio: str = "pipes", session: Jail | None = None,
                   holds_session: bool = False) -> Jail:
         return self._backend.open_jail(jail_dir=jail_dir, adapter_argv=adapter_argv,
-                                       limits=limits, stdio=stdio, session=self._jail)
+                                       limits=limits, in_process=in_process, stdio=stdio,
+                                       session=self._jail)
 
     def rules_version(self, limits: Limits, *, stdio: str = "pipes", session: bool = False) -> str:
         return self._backend.rules_version(limits, stdio=stdio, session=True)
