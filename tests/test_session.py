@@ -257,3 +257,21 @@ async def test_a_later_command_cannot_reach_a_background_abstract_socket(
     assert got[0] == "sock hi"
     if landlock_abi_in_force() >= 6:
         assert got[1] == "tru 1", got  # EPERM: another domain's abstract socket
+
+
+async def test_a_session_whose_jail_ends_by_itself_ends(runner: Runner) -> None:
+    """Its pid 2 killed from the host: the session ends, names why, and a
+    later command is refused; nothing is left."""
+    from trunner import procfs
+
+    async with runner.session() as s:
+        await sh(s, "true")
+        assert s._started is not None
+        init = s._started.jail.init[0]  # type: ignore[attr-defined]  # LinuxJail's
+        [hold] = procfs.children(init)
+        os.kill(hold, 9)
+        await wait_until(lambda: s.ended, 20, "the session's end")
+        with pytest.raises(RunnerError) as info:
+            await s.exec(["true"])
+    assert s.ended == "its jail ended (its pid 2 exited)"
+    assert info.value.reason is Reason.SESSION_ENDED
