@@ -855,7 +855,7 @@ class LinuxBackend:
                     bases, views = list(within.session_bases), within.session_views
                 # Listed with the watchdog before they exist.
                 paths = self._cgroups.make(bases, lambda joined: watchdog.hold(joined, jail_dir),
-                                           views)
+                                           views, remember=within is None)
                 # v2: one dir for all (the bases are the same).
                 made = dict(zip([b for b, _ in bases], paths, strict=False))
                 by_controller = {c: made[b] for b, c in bases}

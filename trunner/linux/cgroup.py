@@ -98,8 +98,10 @@ class RunCgroups:
     def __init__(self) -> None:
         self._enabled: set[tuple[str, str]] = set()
 
-    def prepare(self, base: str, controller: str = "pids") -> str:
-        """The dir runs' cgroups go in under `base`.
+    def prepare(self, base: str, controller: str = "pids", *, remember: bool = True) -> str:
+        """The dir runs' cgroups go in under `base` (`remember`: set up
+        once for this backend; a session's cgroup, which goes with it, is
+        looked at again each time).
 
         Raises:
             OSError: the setup was refused.
@@ -108,7 +110,8 @@ class RunCgroups:
         first = (base, controller) not in self._enabled
         if first:
             _give(base, controller)
-            self._enabled.add((base, controller))
+            if remember:
+                self._enabled.add((base, controller))
         try:
             os.mkdir(parent)
             made = True
@@ -125,7 +128,7 @@ class RunCgroups:
 
     def make(self, bases: Sequence[tuple[str, str]],
              before_mkdir: Callable[[str], None],
-             views: Sequence[tuple[str, str]] = ()) -> list[str]:
+             views: Sequence[tuple[str, str]] = (), *, remember: bool = True) -> list[str]:
         """New cgroups for one run, one under each (base, controller) (one for
         both on v2, where the bases are the same), each with its leaves: the
         helper sets their limits (the plan holds the numbers, so the rules
@@ -144,7 +147,7 @@ class RunCgroups:
         try:
             with_leaves = set()
             for i, (base, controller) in enumerate([*bases, *views]):
-                path = os.path.join(self.prepare(base, controller), name)
+                path = os.path.join(self.prepare(base, controller, remember=remember), name)
                 if path not in paths:
                     paths.append(path)
                 if i < len(bases):
