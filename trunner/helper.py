@@ -781,25 +781,33 @@ def _enter_session(session: "InSession", uid: int, gid: int) -> None:
     Not dumpable from before the first setns to the exec: no process of
     the session may ptrace or read this one. The IPC namespace is owned by
     the host's user namespace (a root caller's) or by a sibling of the
-    session's (anyone else's): root joins it first, while it still has the
+    session's (anyone else's): root joins it (and the mount namespace, to
+    be back in its jail dir, root's, 0700) first, while it still has the
     right; anyone else joins it with the rest, as the owner of both."""
     _last_cap()
     proc = posix.open("/proc", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
     _host_proc.append(proc)
+    # As a run's helper, it keeps its host jail dir as its cwd (setns into
+    # a mount namespace moves it to that namespace's root): the host sees
+    # which jail a helper serves.
+    here = posix.open(".", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
     pidfd = posix.pidfd_open(session.pid)
     try:
         if _start_time(session.pid, proc) != session.start:
             raise SetupError("session: the session's pid 1 is gone")
         install.set_dumpable(False)
         if posix.getuid() == 0:
-            install.call("setns", pidfd, abi.CLONE_NEWIPC)
+            install.call("setns", pidfd, abi.CLONE_NEWIPC | abi.CLONE_NEWNS)
+            posix.fchdir(here)
             _take_identity(uid, gid, maps=False)
-            install.call("setns", pidfd, abi.SESSION_JOINED)
+            install.call("setns", pidfd, abi.SESSION_JOINED & ~abi.CLONE_NEWNS)
         else:
             _take_identity(uid, gid, maps=False)
             install.call("setns", pidfd, abi.SESSION_JOINED | abi.CLONE_NEWIPC)
+            posix.fchdir(here)
     finally:
         posix.close(pidfd)
+        posix.close(here)
     joined = range(len(_runs_joined))
     for slot in joined:
         posix.write(abi.PROG_JOIN_FDS[slot], b"0")
