@@ -143,3 +143,26 @@ def chatty(req: int) -> dict[str, int]:
     print("p" * (req // 2))
     sys.stdout.write("w" * (req - req // 2 - 1))
     return {"ok": 1}
+
+
+def files_then_list(req: Any) -> dict[str, Any]:
+    """Run a FilesRequest's ops on the working dir in this process, as a
+    session's command runs them in its jail, and list, before and after,
+    everything the run's scratch holds (the working dir, /tmp, /dev/shm;
+    not the binds on it) and the dir above the working dir."""
+    from trunner.worker.files_mode import run_files
+
+    def listing() -> dict[str, list[str]]:
+        cwd = os.getcwd()
+        found = {"above": sorted(os.listdir(os.path.dirname(cwd)))}
+        for top in (cwd, "/tmp", "/dev/shm"):
+            dev, paths = os.lstat(top).st_dev, []
+            for dirpath, dirs, names in os.walk(top):
+                dirs[:] = [d for d in dirs if os.lstat(os.path.join(dirpath, d)).st_dev == dev]
+                paths += [os.path.relpath(os.path.join(dirpath, n), top) for n in dirs + names]
+            found[top] = sorted(paths)
+        return found
+
+    before = listing()
+    reply = run_files(req)
+    return {"reply": reply, "before": before, "after": listing(), "cwd": os.getcwd()}

@@ -297,6 +297,8 @@ def test_run_help_lists_the_builtin_and_registered_modes(tmp_path: Path) -> None
         "  built in:\n"
         "    echo        gives the request back as its response\n"
         "    exec        runs a program (an ExecRequest); 'trunner exec' is its command line\n"
+        "    files       reads, writes, exports and imports the working dir's files (a"
+        " FilesRequest)\n"
         "  registered (entry points in group 'trunner.modes'):\n"
         "    grade       judge.modes:grade\n"
         "    slow-sleep  children:sleep\n"

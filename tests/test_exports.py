@@ -16,7 +16,9 @@ from support import scaled
 
 #: The public API (README, STYLE.md P16). A change here is an API change.
 PUBLIC = {
-    "CapturedOutput", "CollectedFile", "ExecFile", "ExecRequest", "ExecResult", "Limits",
+    "CapturedOutput", "CollectedFile", "ExecFile", "ExecRequest", "ExecResult", "Export",
+    "FileEntry", "FilesError", "FilesRequest", "FilesResult", "Import", "Limits", "ReadFiles",
+    "WriteFiles",
     "PROCESS_COUNT_EXIT", "Reason", "Result", "Runner", "RunnerError", "SANDBOX_SETUP_EXIT",
     "Usage", "WORKER_BINARY", "cancel_on_signals",
     "locate_worker", "provider_profile_template_blake3",

@@ -192,6 +192,7 @@ class _Parser(argparse.ArgumentParser):
 BUILTIN_HELP: dict[str, str] = {
     "echo": "gives the request back as its response",
     "exec": "runs a program (an ExecRequest); 'trunner exec' is its command line",
+    "files": "reads, writes, exports and imports the working dir's files (a FilesRequest)",
 }
 
 

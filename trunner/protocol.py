@@ -26,6 +26,9 @@ from trunner.worker.wire import (
     EXEC_INPUT_MAX_FILES as EXEC_INPUT_MAX_FILES,
     EXEC_NAME_MAX_BYTES as EXEC_NAME_MAX_BYTES,
     EXEC_PATH_MAX_BYTES as EXEC_PATH_MAX_BYTES,
+    FILES_DEFAULT_BUDGET_BYTES as FILES_DEFAULT_BUDGET_BYTES,
+    FILES_DETAIL_MAX_BYTES as FILES_DETAIL_MAX_BYTES,
+    FILES_MAX_OPS as FILES_MAX_OPS,
     HEADER_BYTES as HEADER_BYTES,
     MAX_FRAME_BYTES as MAX_FRAME_BYTES,
 )
@@ -211,3 +214,117 @@ def _worst_file_bytes() -> int:
     widest ints, its data empty (a bin8 header of 2 bytes)."""
     return len(_ENCODER.encode(CollectedFile(path="x" * EXEC_PATH_MAX_BYTES, size=-(2**63),
                                              data=b"", mode=-(2**63))))
+
+
+# -- the `files` mode (trunner/files.py, worker/files_mode.py) -------------------
+
+
+class FileEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One path of the working dir as the `files` mode reads and writes it:
+    a regular file (its `data`), a symlink (its `target`, never followed) or
+    a directory. `path` is relative and normal (`exec_checks.normal_path`)."""
+
+    path: str
+    type: Literal["file", "symlink", "dir"]
+    #: Its permission bits, `st_mode & 0o7777` (a symlink's are 0o777 and
+    #: never set: Linux has no lchmod).
+    mode: int
+    #: Its modification time, nanoseconds since the epoch (the access time
+    #: is written equal to it).
+    mtime_ns: int
+    data: bytes = b""
+    target: str = ""
+
+
+class ReadFiles(msgspec.Struct, tag="read_files", frozen=True, kw_only=True,
+                forbid_unknown_fields=True):
+    """Read every path `patterns` (exec's `collect` globs) match: files,
+    symlinks (not followed) and directories, empty ones too. Its result is
+    a `list[FileEntry]`, sorted by path, each path once; `**` matches zero
+    or more directories, so `out/**` has `out` itself."""
+
+    patterns: list[str]
+
+
+class WriteFiles(msgspec.Struct, tag="write_files", frozen=True, kw_only=True,
+                 forbid_unknown_fields=True):
+    """Write `entries` (parents made as needed, 0o755), each with its mode
+    and mtime exactly; a directory's are set after its contents. A file or
+    symlink replaces what is at its path (a rename: never written through),
+    but never a directory. Its result is the count written (an `int`)."""
+
+    entries: list[FileEntry]
+
+
+class Export(msgspec.Struct, tag="export", frozen=True, kw_only=True,
+             forbid_unknown_fields=True):
+    """An uncompressed pax tar of the directory `path` ("." the working dir),
+    names relative to it, symlinks as symlinks, hard links as links. Its
+    result is the tar (`bytes`)."""
+
+    path: str
+
+
+class Import(msgspec.Struct, tag="import", frozen=True, kw_only=True,
+             forbid_unknown_fields=True):
+    """Extract `tar` (uncompressed) into the directory `path`, made as needed.
+    Every member is checked before anything is written; files, dirs,
+    symlinks and hard links only, never written through. Its result is the
+    count of members written (an `int`)."""
+
+    path: str
+    tar: bytes
+
+
+FilesOp = ReadFiles | WriteFiles | Export | Import
+
+
+class FilesRequest(msgspec.Struct, tag="files_request", frozen=True, kw_only=True,
+                   forbid_unknown_fields=True):
+    """The `files` mode's request: `ops`, run in order in one process; the
+    first that fails ends the run (`FilesResult.error`). `budget_bytes`
+    bounds what the reads return, all ops together, each entry counted at
+    its encoded size at most (`trunner.files.request` sets it from the
+    run's stdout cap; this default suits the default cap)."""
+
+    ops: list[FilesOp]
+    budget_bytes: int = FILES_DEFAULT_BUDGET_BYTES
+
+
+class FilesError(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Why the op at index `op` failed: `over_budget` (the reads passed
+    `budget_bytes`), `refused` (a symlink in a path, a path that is not
+    plain, an archive or a member of it), `os_error` (the errno's name and
+    text in `detail`).
+    The ops before it took effect, and so did its own writes before the
+    failing path."""
+
+    op: int
+    kind: Literal["over_budget", "refused", "os_error"]
+    path: str = ""
+    detail: str = ""
+
+
+class FilesResult(msgspec.Struct, tag="files_result", frozen=True, kw_only=True,
+                  forbid_unknown_fields=True):
+    """The `files` mode's reply: one result per op done, in order (entries,
+    a count or a tar: see each op), and the error that ended it, if any."""
+
+    results: list[list[FileEntry] | int | bytes]
+    error: FilesError | None = None
+
+
+def files_headroom_bytes(n_ops: int) -> int:
+    """What of the stdout cap a `files` reply needs beside its entries and
+    tars (which the worker counts against `budget_bytes`): the frame, its
+    fields, the worst error (a path of `EXEC_PATH_MAX_BYTES`, a detail of
+    `FILES_DETAIL_MAX_BYTES`), and each op's result at its widest (an int
+    of 9 bytes; a list's or a tar's header is at most 5)."""
+    return _files_envelope_bytes() + 4 + 9 * n_ops
+
+
+@functools.cache
+def _files_envelope_bytes() -> int:
+    worst = FilesError(op=-(2**63), kind="over_budget", path="x" * EXEC_PATH_MAX_BYTES,
+                       detail="x" * FILES_DETAIL_MAX_BYTES)
+    return len(encode_frame(FilesResult(results=[], error=worst)))

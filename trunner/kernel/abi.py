@@ -103,7 +103,7 @@ RUN_FDS = 6
 STREAM_RUN_FDS = RUN_FDS + 1
 #: Modes built into the worker (`trunner.worker.adapters`): the MODE a fork
 #: server's pid 2 may serve in-process.
-BUILTIN_MODES = ("echo", "exec")
+BUILTIN_MODES = ("echo", "exec", "files")
 #: The server's answers: `ok PID`, or `refused WHY` with nothing forked.
 SERVER_OK = b"ok"
 SERVER_REFUSED = b"refused"

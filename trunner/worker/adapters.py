@@ -1,6 +1,7 @@
 """Adapter modes: read one request frame from stdin, write one response frame.
 
-Built in: `echo` (returns its request) and `exec` (exec_mode.py). They read
+Built in: `echo` (returns its request), `exec` (exec_mode.py) and `files`
+(files_mode.py: the working dir's files, read and written). They read
 and write with wire.py, a standard-library codec, so a jailed built-in
 adapter imports neither msgspec nor typing (it starts as `python -I -S`,
 see `adapter_argv`). A user mode, a `package.module:function` spec, gets
@@ -104,9 +105,13 @@ def _resolve(mode: str) -> "Callable[[bytes], bytes]":
         from trunner.worker.exec_mode import run_exec
 
         return lambda body: frame(run_exec(unpack(body)))
+    if mode == "files":
+        from trunner.worker.files_mode import run_files
+
+        return lambda body: frame(run_files(unpack(body)))
     module, sep, attr = mode.partition(":")
     if not sep or not module or not attr:
-        raise ValueError("expected 'echo', 'exec' or 'package.module:function'")
+        raise ValueError("expected 'echo', 'exec', 'files' or 'package.module:function'")
     _private_stdout()
     import importlib
 

@@ -40,6 +40,12 @@ EXEC_PATH_MAX_BYTES = 4095
 EXEC_NAME_MAX_BYTES = 255
 #: Bound of an `exec` request's `env`: every `NAME=VALUE` with its NUL, in UTF-8.
 EXEC_ENV_MAX_BYTES = 128 * 1024
+#: The `files` mode: most ops a request holds; longest error detail (UTF-8
+#: bytes); the read budget of a request that names none (`FilesRequest`):
+#: the default stdout cap (1 MiB) less 64 KiB, more than its headroom.
+FILES_MAX_OPS = 1024
+FILES_DETAIL_MAX_BYTES = 1024
+FILES_DEFAULT_BUDGET_BYTES = 1024 * 1024 - 64 * 1024
 
 _STRUCTS: "dict[str, Any]" = {}
 
