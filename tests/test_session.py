@@ -275,3 +275,50 @@ async def test_a_session_whose_jail_ends_by_itself_ends(runner: Runner) -> None:
             await s.exec(["true"])
     assert s.ended == "its jail ended (its pid 2 exited)"
     assert info.value.reason is Reason.SESSION_ENDED
+
+
+async def test_the_files_api_keeps_types_modes_and_mtimes(runner: Runner) -> None:
+    """write_files, then a command sees them; read_files gives back what a
+    command left (a symlink, an empty dir, a mode, an mtime) exactly; the
+    export of a tree of 1500 files comes back through import_ elsewhere."""
+    from trunner.protocol import FileEntry
+
+    async with runner.session() as s:
+        await s.write_files([
+            FileEntry(path="work/run.sh", type="file", mode=0o750, mtime_ns=10**18,
+                      data=b"echo ran\n"),
+            FileEntry(path="work/link", type="symlink", mode=0o777, mtime_ns=10**18,
+                      target="run.sh"),
+            FileEntry(path="work/empty", type="dir", mode=0o700, mtime_ns=2 * 10**18)])
+        ran = await sh(s, "./work/link && stat -c '%a %Y' work/run.sh work/empty")
+        await sh(s, "mkdir -p out/many && cd out && ln -s ../work/run.sh tool"
+                    " && touch -d @1234567890 tool.txt && for i in $(seq 1500);"
+                    " do echo $i > many/$i; done")
+        entries = {e.path: e for e in await s.read_files(["out/*", "work/**"])}
+        big = Limits(stdout_max_bytes=8 << 20)
+        tar = b"".join([chunk async for chunk in s.export("out", limits=big)])
+        assert await s.import_(tar, "copy") == 1503  # 1500 files, 2 dirs, the link
+        copied = await sh(s, "ls copy/many | wc -l; readlink copy/tool; cat copy/many/1500")
+    assert ran == "ran\n750 1000000000\n700 2000000000\n"
+    assert entries["work/empty"].type == "dir"
+    assert entries["work/empty"].mtime_ns == 2 * 10**18
+    assert entries["work/link"].type == "symlink"
+    assert entries["work/link"].target == "run.sh"
+    assert entries["work/run.sh"].data == b"echo ran\n"
+    assert entries["work/run.sh"].mode == 0o750
+    assert entries["out/tool"].target == "../work/run.sh"
+    assert entries["out/tool.txt"].mtime_ns == 1234567890 * 10**9
+    assert entries["out/many"].type == "dir"
+    assert copied == "1500\n../work/run.sh\n1500\n"
+
+
+async def test_a_files_op_through_a_symlink_is_refused_and_writes_nothing(
+        runner: Runner) -> None:
+    async with runner.session() as s:
+        await sh(s, "ln -s /tmp up")
+        with pytest.raises(RunnerError) as info:
+            await s.write_files({"up/planted": b"x"})
+        left = await sh(s, "ls -A /tmp; echo end")
+    assert info.value.reason is Reason.BAD_REQUEST
+    assert "'up'" in info.value.detail, info.value.detail
+    assert left == "end\n"

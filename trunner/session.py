@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 import os
+import time
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -30,15 +32,23 @@ from trunner.backend import close_jail
 from trunner.errors import Reason, RunnerError
 from trunner.kernel.abi import HOLD_MODE, HOLD_READY
 from trunner.limits import Limits
-from trunner.protocol import ExecResult
+from trunner.protocol import (
+    ExecResult,
+    Export,
+    FileEntry,
+    FilesResult,
+    Import,
+    ReadFiles,
+    WriteFiles,
+)
 from trunner.spawn import COLD
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping, Sequence
+    from collections.abc import AsyncIterator, Sequence
 
     from trunner.invocation import Result, Started
     from trunner.jail import Jail, JailBackend
-    from trunner.protocol import ExecFile
+    from trunner.protocol import ExecFile, FilesOp
     from trunner.spawn import Spawner
     from trunner.streaming import StreamingProcess
 
@@ -67,6 +77,8 @@ class Session:
         #: Commands start as a pool's runs do: a leader forked by a fork
         #: server of the session's own (its pid 2 serves `exec` in-process).
         self._spawner = backend.fork_server("exec")
+        #: And its files API's (`files`, in-process likewise), started on first use.
+        self._files_spawner = backend.fork_server("files")
         self._joined: _Joined | None = None
         #: Why it ended ("": it serves).
         self.ended = ""
@@ -140,6 +152,75 @@ class Session:
                 self._in_session(), self._exec_argv, limits, self._temp_root, argv,
                 files=files, env=env, pty=pty, spawner=self._spawner) as process:
             yield process
+
+    async def files(self, ops: Sequence[FilesOp], *, limits: Limits | None = None,
+                    budget_bytes: int | None = None) -> Result[FilesResult]:
+        """Run `ops` (`ReadFiles`, `WriteFiles`, `Export`, `Import`) in order
+        in the working dir, as one command of the built-in `files` mode
+        (`trunner.files`: paths as `exec`'s files, never through a
+        symlink; what the reads return within `budget_bytes`, by default
+        the stdout cap's room).
+
+        Raises:
+            RunnerError: `bad_request` for a bad op before anything runs, or
+                for the op that failed (`.detail` names it and its path: the
+                ops before it took effect); `stdout_cap` past the budget;
+                `session_ended`; any other `Reason`.
+        """
+        from trunner import files
+
+        limits = self._command_limits(limits)
+        request = files.request(ops, limits, budget_bytes=budget_bytes)
+        argv = self._backend.adapter_argv("files", builtin=True)
+        async with self._command():
+            result: Result[FilesResult] = await invocation.invoke(
+                self._in_session(), argv, limits, self._temp_root, request,
+                invocation.Caps.of(limits), FilesResult, spawner=self._files_spawner)
+        files.check_reply(request, result.response, usage=result.usage)
+        return result
+
+    async def read_files(self, patterns: Sequence[str], *,
+                         limits: Limits | None = None) -> list[FileEntry]:
+        """The files, symlinks (not followed) and dirs (empty ones too)
+        `patterns` (`exec`'s `collect` globs) match: each a `FileEntry`
+        with its type, mode, mtime and data or target, sorted by path."""
+        result = await self.files([ReadFiles(patterns=list(patterns))], limits=limits)
+        entries = result.response.results[0]
+        assert isinstance(entries, list)
+        return entries
+
+    async def write_files(self, entries: Mapping[str, bytes] | Sequence[FileEntry], *,
+                          limits: Limits | None = None) -> None:
+        """Write `entries` (`FileEntry`s as `read_files` returns them, or
+        path -> bytes for plain files, mode 0o644, mtime now), parents
+        made as needed, replacing what is at each path (never written
+        through a symlink)."""
+        if isinstance(entries, Mapping):
+            now = time.time_ns()
+            entries = [FileEntry(path=path, type="file", mode=0o644, mtime_ns=now, data=data)
+                       for path, data in entries.items()]
+        await self.files([WriteFiles(entries=list(entries))], limits=limits)
+
+    async def export(self, path: str = ".", *, limits: Limits | None = None,
+                     chunk_bytes: int = 1 << 16) -> AsyncIterator[bytes]:
+        """An uncompressed POSIX (pax) tar of the dir `path`, relative names,
+        no count limit, in chunks: `async for chunk in s.export("work")`.
+        Within the stdout cap (a bigger tar fails `stdout_cap`: give the
+        call `limits=` with a bigger `stdout_max_bytes`)."""
+        result = await self.files([Export(path=path)], limits=limits)
+        tar = result.response.results[0]
+        assert isinstance(tar, bytes)
+        for at in range(0, len(tar), chunk_bytes):
+            yield tar[at:at + chunk_bytes]
+
+    async def import_(self, tar: bytes, path: str = ".", *,
+                      limits: Limits | None = None) -> int:
+        """Extract a tar into the dir `path` (no absolute names, `..`,
+        devices or fifos; never through a symlink); the members written."""
+        result = await self.files([Import(path=path, tar=tar)], limits=limits)
+        count = result.response.results[0]
+        assert isinstance(count, int)
+        return count
 
     async def start_background(
         self,
@@ -410,7 +491,7 @@ async def open_session(backend: JailBackend, exec_argv: Sequence[str], limits: L
                       lifetime_s=lifetime_s)
     raised: BaseException | None = None
     with invocation.only_runner_errors():
-        async with session._spawner, trio.open_nursery() as nursery:
+        async with session._spawner, session._files_spawner, trio.open_nursery() as nursery:
             await session._start(nursery)
             try:
                 yield session
