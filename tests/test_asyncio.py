@@ -400,7 +400,10 @@ def test_a_session_from_asyncio(arunner: AsyncioRunner) -> None:
                 await task
             async with s.open_process(["cat", "f"]) as p:
                 streamed = await p.stdout.receive_some()
-            kept = (await s.exec(["cat", "f"])).response.stdout
+            await s.write_files({"g": b"written\n"})
+            assert [e.data for e in await s.read_files(["g"])] == [b"written\n"]
+            assert await s.import_(await s.export("."), "copy") >= 2
+            kept = (await s.exec(["cat", "copy/f"])).response.stdout
             await bg.stop()
             return kept, bg.stdout, streamed, s.ended
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from trunner.invocation import Result
     from trunner.limits import Limits
     from trunner.pool import WorkerPool
-    from trunner.protocol import ExecFile, ExecResult
+    from trunner.protocol import ExecFile, ExecResult, FileEntry, FilesOp, FilesResult
     from trunner.session import Background, Session
     from trunner.streaming import StreamingProcess
 
@@ -489,6 +489,43 @@ class AsyncioSession:
         assert self._session is not None
         return AsyncioProcess(Held("AsyncioSession.open_process", self._session.open_process(
             argv, files=files, env=env, limits=limits, pty=pty)))
+
+    async def files(self, ops: Sequence[FilesOp], *, limits: Limits | None = None,
+                    budget_bytes: int | None = None) -> Result[FilesResult]:
+        """`Session.files`, from asyncio."""
+        assert self._session is not None
+        return await call("AsyncioSession.files", self._session.files, ops, limits=limits,
+                          budget_bytes=budget_bytes)
+
+    async def read_files(self, patterns: Sequence[str], *,
+                         limits: Limits | None = None) -> list[FileEntry]:
+        """`Session.read_files`, from asyncio."""
+        assert self._session is not None
+        return await call("AsyncioSession.read_files", self._session.read_files, patterns,
+                          limits=limits)
+
+    async def write_files(self, entries: Mapping[str, bytes] | Sequence[FileEntry], *,
+                          limits: Limits | None = None) -> None:
+        """`Session.write_files`, from asyncio."""
+        assert self._session is not None
+        await call("AsyncioSession.write_files", self._session.write_files, entries,
+                   limits=limits)
+
+    async def export(self, path: str = ".", *, limits: Limits | None = None) -> bytes:
+        """`Session.export`, from asyncio: the whole tar."""
+        session = self._session
+        assert session is not None
+
+        async def whole() -> bytes:
+            return b"".join([chunk async for chunk in session.export(path, limits=limits)])
+
+        return await call("AsyncioSession.export", whole)
+
+    async def import_(self, tar: bytes, path: str = ".", *, limits: Limits | None = None) -> int:
+        """`Session.import_`, from asyncio."""
+        assert self._session is not None
+        return await call("AsyncioSession.import_", self._session.import_, tar, path,
+                          limits=limits)
 
     async def start_background(
         self, argv: Sequence[str], *, files: Mapping[str, bytes | ExecFile] | None = None,
