@@ -443,3 +443,27 @@ result = [n, last]
     assert last == full  # the first jail's quota was full
     assert 0 < taken < 100000
     assert other == "OK"
+
+
+@root_only
+async def test_a_session_holds_its_id_and_its_commands_run_as_it(
+        jail_root: Path, small: int) -> None:
+    """A session takes one host id for its life (issue 38): with it the only
+    one, another session and a run are refused `host_ids_exhausted` before
+    anything is spawned, while the session's commands run, as that id."""
+    ids = range(small, small + 1)
+    runner = Runner(temp_root=str(jail_root), host_ids=ids, limits=Limits(wall_time_s=20.0))
+    async with runner.session() as s:
+        before = child_pids()
+        with pytest.raises(RunnerError) as info:
+            await runner.exec(["true"])
+        assert info.value.reason is Reason.HOST_IDS_EXHAUSTED
+        with pytest.raises(RunnerError) as again:
+            async with runner.session():
+                pass
+        assert again.value.reason is Reason.HOST_IDS_EXHAUSTED
+        assert child_pids() == before
+        r = await s.exec(["sh", "-c", "cat /proc/self/uid_map"])
+        assert r.response.stdout.split()[:2] == [b"1000", str(small).encode()]
+    assert not HostIds(ids)._held(small)
+    assert (await runner.exec(["true"])).response.exit_code == 0

@@ -306,7 +306,7 @@ class Session:
             if scope.cancelled_caught:
                 raise RunnerError(Reason.SESSION_ENDED, self.ended or "its lifetime_s passed")
 
-    async def _start(self, nursery: trio.Nursery) -> None:
+    async def _start(self) -> None:
         """Open the session's jail and wait until its pid 2 holds it."""
         backend = _Holding(self._backend)
         argv = self._backend.adapter_argv(HOLD_MODE, builtin=True)
@@ -323,10 +323,8 @@ class Session:
             await self._close_jail()
             raise
         self._joined = _Joined(self._backend, jail)
-        self._nursery = nursery
         now = trio.current_time()
         self._idle_from, self._expires = now, now + self.lifetime_s
-        nursery.start_soon(self._watch)
 
     async def _fail_start(self) -> None:
         """The session's jail did not come up: its end says why."""
@@ -491,16 +489,19 @@ async def open_session(backend: JailBackend, exec_argv: Sequence[str], limits: L
                       lifetime_s=lifetime_s)
     raised: BaseException | None = None
     with invocation.only_runner_errors():
-        async with session._spawner, session._files_spawner, trio.open_nursery() as nursery:
-            await session._start(nursery)
-            try:
-                yield session
-            except BaseException as e:  # re-raised below, outside the nursery: as itself
-                raised = e
-            finally:
-                session.ended = session.ended or "its async with ended"
-                nursery.cancel_scope.cancel()
-                await session.aclose()
+        async with session._spawner, session._files_spawner:
+            await session._start()  # its refusal leaves as itself
+            async with trio.open_nursery() as nursery:
+                session._nursery = nursery
+                nursery.start_soon(session._watch)
+                try:
+                    yield session
+                except BaseException as e:  # re-raised below, outside the nursery: as itself
+                    raised = e
+                finally:
+                    session.ended = session.ended or "its async with ended"
+                    nursery.cancel_scope.cancel()
+                    await session.aclose()
     if raised is not None:
         try:
             raise raised
