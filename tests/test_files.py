@@ -41,7 +41,7 @@ from trunner.worker import files_mode, wire
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from trunner import Runner
+    from trunner import Result, Runner
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -80,6 +80,17 @@ def member(name: str, kind: bytes = tarfile.REGTYPE, *, data: bytes | None = Non
     return info, data
 
 
+async def run_files(runner: Runner, ops: list[FilesOp], *, limits: Limits | None = None,
+                    budget_bytes: int | None = None) -> Result[FilesResult]:
+    """`ops` in a fresh jail as a session's `files` runs them: the checked
+    request, `Runner.run("files", ...)`, the reply checked."""
+    limits = runner.limits if limits is None else limits
+    req = files.request(ops, limits, budget_bytes=budget_bytes)
+    result = await runner.run("files", req, limits=limits, response_type=FilesResult)
+    files.check_reply(req, result.response, usage=result.usage)
+    return result
+
+
 async def raw(runner: Runner, req: FilesRequest, limits: Limits | None = None) -> FilesResult:
     """The reply as the worker wrote it, before `check_reply`."""
     result = await runner.run("files", req, limits=limits, response_type=FilesResult)
@@ -116,7 +127,7 @@ WRITTEN = [
 
 
 async def test_written_entries_read_back_exactly(runner: Runner) -> None:
-    result = await files.run(runner, [WriteFiles(entries=WRITTEN), ReadFiles(
+    result = await run_files(runner, [WriteFiles(entries=WRITTEN), ReadFiles(
         patterns=["work/**"])])
     count, entries = result.response.results
     assert count == len(WRITTEN)
@@ -131,7 +142,7 @@ async def test_written_entries_read_back_exactly(runner: Runner) -> None:
 
 async def test_patterns_match_files_symlinks_and_dirs_never_through_a_link(
         runner: Runner) -> None:
-    result = await files.run(runner, [
+    result = await run_files(runner, [
         WriteFiles(entries=[file("a/x.py", b"1"), file("a/b/y.py", b"2"), directory("a/c"),
                             symlink("a/up", ".."), file("z.txt", b"3")]),
         ReadFiles(patterns=["**/*.py", "a/*"]),
@@ -198,7 +209,7 @@ async def test_more_than_1024_files_round_trip_through_import_and_export(
     tree = _tree()
     sent = tar_of(tree)
     limits = Limits(wall_time_s=scaled(60), stdout_max_bytes=16 * MiB)
-    result = await files.run(runner, [Import(path="dst", tar=sent), ReadFiles(
+    result = await run_files(runner, [Import(path="dst", tar=sent), ReadFiles(
         patterns=["dst/**"]), Export(path="dst")], limits=limits)
     count, entries, back = result.response.results
     assert count == len(tree) > N_FILES
@@ -224,7 +235,7 @@ async def test_more_than_1024_files_round_trip_through_import_and_export(
 async def test_a_hard_link_is_never_written_through(runner: Runner) -> None:
     sent = tar_of([member("orig", data=b"old"), member("twin", tarfile.LNKTYPE,
                                                        linkname="orig")])
-    result = await files.run(runner, [Import(path=".", tar=sent),
+    result = await run_files(runner, [Import(path=".", tar=sent),
                                       WriteFiles(entries=[file("twin", b"new")]),
                                       ReadFiles(patterns=["*"])])
     entries = result.response.results[2]
@@ -267,7 +278,7 @@ async def test_an_unsafe_archive_is_refused_and_nothing_is_written(
     assert cwd == []
     # The built-in mode itself, checked: refused as a bad request.
     with pytest.raises(RunnerError) as caught:
-        await files.run(runner, req.ops)
+        await run_files(runner, req.ops)
     assert caught.value.reason == Reason.BAD_REQUEST
     assert "Import" in caught.value.detail
 
@@ -303,14 +314,14 @@ async def test_a_write_through_an_existing_symlink_component_is_refused(
     assert cwd == ["esc", "f", "up"]  # and /tmp/target never made
     # The same through the built-in mode: a bad request naming the op and path.
     with pytest.raises(RunnerError) as caught:
-        await files.run(runner, [ops[3], WriteFiles(entries=[file("up/esc/x", b"x")])])
+        await run_files(runner, [ops[3], WriteFiles(entries=[file("up/esc/x", b"x")])])
     assert caught.value.reason == Reason.BAD_REQUEST
     assert "op 1 (WriteFiles) refused at 'up'" in caught.value.detail
 
 
 async def test_a_dir_is_never_replaced_by_a_file(runner: Runner) -> None:
     with pytest.raises(RunnerError) as caught:
-        await files.run(runner, [WriteFiles(entries=[file("d/x", b"1")]),
+        await run_files(runner, [WriteFiles(entries=[file("d/x", b"1")]),
                                  WriteFiles(entries=[file("d", b"2")])])
     assert caught.value.reason == Reason.BAD_REQUEST
     assert "os_error at 'd': EISDIR" in caught.value.detail

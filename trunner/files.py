@@ -5,7 +5,7 @@ held to what was asked.
 (exec's path rules: `exec_checks.normal_path`, `check_patterns`) and sets
 the read budget from the run's stdout cap; `check_reply` accepts only a
 reply of the shape the ops ask for, and turns the worker's error into a
-`RunnerError`; `run` does both around `Runner.run("files", ...)`. The
+`RunnerError`; `Session.files` does both around a command of the mode. The
 worker side is trunner/worker/files_mode.py; the types are protocol.py's.
 """
 
@@ -37,9 +37,7 @@ from trunner.protocol import (
 )
 
 if TYPE_CHECKING:
-    from trunner.invocation import Result
     from trunner.limits import Limits
-    from trunner.runner import Runner
     from trunner.usage import Usage
 
 _TYPES = ("file", "symlink", "dir")
@@ -230,18 +228,3 @@ def check_reply(req: FilesRequest, reply: FilesResult, *, usage: Usage | None = 
     reason = Reason.STDOUT_CAP if error.kind == "over_budget" else Reason.BAD_REQUEST
     raise RunnerError(reason, f"files op {error.op} ({type(op).__name__}) {error.kind}"
                       f" at {error.path!r}: {error.detail}", usage=usage)
-
-
-async def run(runner: Runner, ops: Sequence[FilesOp], *, limits: Limits | None = None,
-              budget_bytes: int | None = None) -> Result[FilesResult]:
-    """Run `ops` in a fresh jail: `request`, `Runner.run("files", ...)`,
-    `check_reply`.
-
-    Raises:
-        RunnerError: `request`'s, `check_reply`'s, or the run's own.
-    """
-    limits = runner.limits if limits is None else limits
-    req = request(ops, limits, budget_bytes=budget_bytes)
-    result = await runner.run("files", req, limits=limits, response_type=FilesResult)
-    check_reply(req, result.response, usage=result.usage)
-    return result
