@@ -325,3 +325,17 @@ async def test_a_files_op_through_a_symlink_is_refused_and_writes_nothing(
     assert info.value.reason is Reason.BAD_REQUEST
     assert "'up'" in info.value.detail, info.value.detail
     assert left == "end\n"
+
+
+async def test_a_cancelled_command_ends_alone(runner: Runner) -> None:
+    """Cancelling a command's await ends that command (its processes gone
+    when the await returns), not the session."""
+    marker = f"{os.getpid()}.77"
+    async with runner.session() as s:
+        await sh(s, "echo kept > f")
+        with trio.move_on_after(scaled(1.0)) as scope:
+            await s.exec(["sleep", f"{marker}"])
+        assert scope.cancelled_caught
+        assert host_pids_running(marker) == []
+        assert await sh(s, "cat f") == "kept\n"
+        assert s.ended == ""
