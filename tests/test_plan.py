@@ -26,7 +26,7 @@ from trunner import Limits, helper
 from trunner.jail import HostSupport, ProcessLimit
 from trunner.kernel import abi, mounts
 from trunner.linux import seccomp
-from trunner.linux.backend import LinuxBackend
+from trunner.linux.backend import LinuxBackend, LinuxJail
 from trunner.linux.plan import (
     CGROUP,
     HOST_GID,
@@ -224,6 +224,44 @@ async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path, stdio: 
         assert (seen["uid"], seen["gid"]) == (os.getuid(), os.getgid())
     assert jail_dir not in repr(seen)
     assert sorted(jail.command.env) == sorted(env)
+
+
+async def test_a_session_commands_plan_is_what_its_version_hashed(jail_root: Path) -> None:
+    """A session's command's plan, as the helper reads it, hashed, is the
+    document its rules version is made of (`session=True`): the session's
+    pid 1 (per session) reads as the kind alone, the process bounds are
+    the ones enforced."""
+    from trunner import Runner
+
+    runner = Runner(temp_root=str(jail_root))
+    backend = runner.backend
+    assert isinstance(backend, LinuxBackend)
+    limits = Limits(processes=7)
+    async with runner.session(limits=limits) as s:
+        assert s._started is not None
+        session_jail = s._started.jail
+        assert isinstance(session_jail, LinuxJail)
+        jail_dir = tempfile.mkdtemp(dir=jail_root)
+        jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=("/bin/true",), limits=limits,
+                                 session=session_jail)
+        try:
+            argv = list(jail.command.argv)
+            at = argv.index("helper") + 1
+            read, _ = helper._read_plan([argv[at], "3", "--", "/bin/true"])
+        finally:
+            await jail.release()
+            os.rmdir(jail_dir)
+    seen = read_back(read)
+    assert isinstance(read.session, helper.InSession)
+    assert (read.session.pid, read.session.start) == session_jail.init
+    hashed = hashed_plan(seen, backend.host_paths(), environment(DEFAULT_PROFILE.environment))
+    document: dict[str, Any] = backend.rules_document(limits, session=True)["plan"]
+    assert hashed == document
+    assert document["session"] == {"kind": "session"}
+    assert seen["jail_nproc"] in (0, 7 + 3 + 2 * 8)  # 0: a kernel without per-userns counts
+    if os.getuid() == 0:
+        assert isinstance(read.process_limit, helper.PidsCgroup)
+        assert read.process_limit.max == 7 + 2  # its own cgroup: its run's bound
 
 
 def test_plain_values_keep_every_field_and_its_kind() -> None:

@@ -155,8 +155,6 @@ class LinuxJail:
     session_bases: tuple[tuple[str, str], ...] = ()
     session_views: tuple[tuple[str, str], ...] = ()
     init: tuple[int, int] | None = None
-    #: The session's jail, for a command in one.
-    within: LinuxJail | None = None
 
     def note_init(self, report: bytes) -> bool:
         """Read the jail's pid 1 from its report so far; whether it was there."""
@@ -677,9 +675,8 @@ class LinuxBackend:
             done = self._prepared.get((limits, stdio, session))
             if done is None:
                 plan = msgspec.structs.replace(self.prepared(limits).plan, stdio=stdio)
-                if session:
-                    plan = _session_plan(plan, limits, None)
-                    plan = msgspec.structs.replace(plan, session=InSession(pid=0, start=0))
+                if session:  # a command's, its session's pid 1 a placeholder
+                    plan = _session_plan(plan, limits, (0, 0))
                 document = self._document(limits, plan, self.host_paths())
                 done = Prepared(plan, document, digest(document))
                 self._prepared[(limits, stdio, session)] = done
@@ -872,7 +869,7 @@ class LinuxBackend:
             if stdio != "pipes":
                 plan = msgspec.structs.replace(plan, stdio=stdio)
             if within is not None or holds_session:
-                plan = _session_plan(plan, limits, within)
+                plan = _session_plan(plan, limits, None if within is None else within.init)
             env = self._jail_env
         except BaseException:
             try:
@@ -886,7 +883,7 @@ class LinuxBackend:
         jail = LinuxJail(Command(argv=(*launch, "helper", *stage), env=env, cwd=jail_dir),
                          jail_dir, tuple(paths), memory_dir, lease, stage=stage, limits=limits,
                          cpu_cgroup=cpu_dir, in_process=in_process,
-                         memory_now=self._memory_now(memory_dir), within=within)
+                         memory_now=self._memory_now(memory_dir))
         if holds_session and paths:
             jail.session_bases = tuple((made[b], c) for b, c in bases)
             jail.session_views = tuple(zip(view_dirs, (c for _, c in views), strict=True))
@@ -913,18 +910,18 @@ class LinuxBackend:
         return cleanup.sweep(temp_root, list(dirs))
 
 
-def _session_plan(plan: HelperPlan, limits: Limits, within: LinuxJail | None) -> HelperPlan:
-    """A session's plan (`within` None) or its command's: the process bound
-    is the session's, counting trunner's own processes of every command it
-    may run at once (`session_processes`); a command joins the session's
-    pid 1."""
+def _session_plan(plan: HelperPlan, limits: Limits, init: tuple[int, int] | None) -> HelperPlan:
+    """A session's own plan (`init` None) or its command's, which joins the
+    session's pid 1 `init` (host pid, start time): RLIMIT_NPROC counts the
+    whole session (`session_processes`: trunner's own processes of every
+    command it may run at once too), as does the session's pids cgroup; a
+    command's own pids cgroup keeps its run's bound."""
     bound = session_processes(limits)
     changes: dict[str, object] = {"jail_nproc": bound if plan.jail_nproc else 0}
-    if within is None and isinstance(plan.process_limit, PidsCgroup):
+    if init is None and isinstance(plan.process_limit, PidsCgroup):
         changes["process_limit"] = msgspec.structs.replace(plan.process_limit, max=bound)
-    if within is not None:
-        assert within.init is not None
-        changes["session"] = InSession(pid=within.init[0], start=within.init[1])
+    if init is not None:
+        changes["session"] = InSession(pid=init[0], start=init[1])
     return msgspec.structs.replace(plan, **changes)
 
 
