@@ -30,7 +30,7 @@ import trio
 from trunner import exec_checks, invocation
 from trunner.backend import close_jail
 from trunner.errors import Reason, RunnerError
-from trunner.kernel.abi import HOLD_MODE, HOLD_READY
+from trunner.kernel.abi import HOLD_MODE, HOLD_READY, SESSION_COMMANDS
 from trunner.limits import Limits
 from trunner.protocol import (
     ExecResult,
@@ -57,9 +57,6 @@ if TYPE_CHECKING:
 #: takes the session's. `memory_bytes` at most the session's.
 COMMAND_FIELDS: Final = ("wall_time_s", "cpu_time_s", "stdout_max_bytes", "stderr_max_bytes",
                          "memory_bytes")
-#: Commands (background processes among them) one session runs at once
-#: (`plan.SESSION_COMMANDS`: its process bound counts trunner's own for each).
-COMMANDS_AT_ONCE: Final = 8
 _DEFAULT: Final = Limits()
 
 
@@ -82,7 +79,7 @@ class Session:
         self._joined: _Joined | None = None
         #: Why it ended ("": it serves).
         self.ended = ""
-        self._slots = trio.Semaphore(COMMANDS_AT_ONCE)
+        self._slots = trio.Semaphore(SESSION_COMMANDS)
         self._scopes: set[trio.CancelScope] = set()
         self._running = 0
         self._idle_from = self._expires = 0.0

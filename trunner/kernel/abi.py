@@ -139,6 +139,9 @@ SESSION_UNSHARED = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWCGROUP
 #: (HOLD_READY), then holds the session's namespaces until its stdin ends.
 HOLD_MODE = "hold"
 HOLD_READY = b"R"
+#: Commands (background processes among them) one session runs at once:
+#: its process bound counts trunner's own processes of each.
+SESSION_COMMANDS = 8
 
 #: The plan's `loopback`: the run's own network namespace with its lo
 #: brought up, or the host's network, shared (the provider profile).

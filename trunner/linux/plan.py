@@ -112,8 +112,6 @@ JAIL_ID: Final = 1000
 #: Processes of every run that are trunner's own: the helper (waiting
 #: outside the PID namespace) and the jail's pid 1 (its reaper).
 TRUNNER_PROCESSES: Final = 2
-#: Commands (background processes among them) one session runs at once.
-SESSION_COMMANDS: Final = 8
 
 
 class _Item(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -452,8 +450,8 @@ def session_processes(limits: Limits) -> int:
     """A session's process bound: its programs' `processes` (one count
     for all its commands: RLIMIT_NPROC counts per user namespace), its own
     helper, pid 1 and pid 2, and trunner's two of each of the
-    `SESSION_COMMANDS` commands it may run at once."""
-    return limits.processes + TRUNNER_PROCESSES + 1 + TRUNNER_PROCESSES * SESSION_COMMANDS
+    `abi.SESSION_COMMANDS` commands it may run at once."""
+    return limits.processes + TRUNNER_PROCESSES + 1 + TRUNNER_PROCESSES * abi.SESSION_COMMANDS
 
 
 def seccomp_policy_for(profile: JailProfile, host: HostSupport) -> seccomp.SeccompPolicy:
