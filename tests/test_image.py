@@ -367,3 +367,20 @@ def test_a_backend_with_a_root_never_plans_on_the_hosts(image: Path) -> None:
     assert document["root"]["path"] == str(image)
     backend = LinuxBackend(locate_worker(), root=str(image), root_statement=STATEMENT)
     assert "--inhibit-cache" in backend.adapter_argv("echo", builtin=True)
+
+
+async def test_a_session_on_an_image(runner: Runner, image: Path) -> None:
+    """A session's jail on the image: its commands join it (the image's
+    root, its scratch), files stay across them, the files API works there
+    (the adapter on the host's interpreter under /.trunner/host)."""
+    before = tree(image)
+    async with runner.session() as s:
+        await s.write_files({"note": b"from the files API\n"})
+        first = (await s.exec(["sh", "-c", "cat note; echo kept > f; cat /etc/os-release"])
+                 ).response
+        second = (await s.exec(["cat", "f"])).response
+        entries = await s.read_files(["f"])
+    assert first.stdout == b"from the files API\nID=trunner-test-image\n", first
+    assert second.stdout == b"kept\n"
+    assert [e.data for e in entries] == [b"kept\n"]
+    assert tree(image) == before

@@ -44,7 +44,10 @@ import sys
 from trunner import helper
 from trunner.kernel import abi, install
 from trunner.kernel._kernel import clone_parent
-from trunner.worker import adapters, exec_mode  # noqa: F401  served in pid 2, imported once here
+
+# Served in pid 2, imported once here: in an image's jail the package's own
+# path is the host's, which only sys.path is rebased from (`_rebase_imports`).
+from trunner.worker import adapters, exec_mode, files_mode  # noqa: F401
 
 TYPE_CHECKING = False  # not from typing (see helper.py)
 if TYPE_CHECKING:
