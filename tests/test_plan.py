@@ -186,6 +186,13 @@ def test_every_kind_of_item_reads_back_to_its_plain_values(field: str,
     assert type(got[0] if many else got).__name__ in (type(item).__name__, "NoneType")
 
 
+def plan_of(jail: LinuxJail) -> tuple[helper.Plan, list[str]]:
+    """The plan and adapter in a jail's helper argv, as the helper reads them."""
+    argv = list(jail.command.argv)
+    at = argv.index("helper") + 1
+    return helper._read_plan([argv[at], "3", *argv[at + 2:]])
+
+
 @pytest.mark.parametrize("stdio", abi.STDIO_KINDS)
 async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path, stdio: str) -> None:
     backend = LinuxBackend(locate_worker())
@@ -194,9 +201,7 @@ async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path, stdio: 
     jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=("/bin/true",), limits=limits,
                              stdio=stdio)
     try:
-        argv = list(jail.command.argv)
-        at = argv.index("helper") + 1
-        read, adapter = helper._read_plan([argv[at], "3", "--", "/bin/true"])
+        read, adapter = plan_of(jail)
     finally:
         await jail.release()
         os.rmdir(jail_dir)
@@ -245,9 +250,7 @@ async def test_a_session_commands_plan_is_what_its_version_hashed(jail_root: Pat
         jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=("/bin/true",), limits=limits,
                                  session=session_jail)
         try:
-            argv = list(jail.command.argv)
-            at = argv.index("helper") + 1
-            read, _ = helper._read_plan([argv[at], "3", "--", "/bin/true"])
+            read, _ = plan_of(jail)
         finally:
             await jail.release()
             os.rmdir(jail_dir)
