@@ -128,14 +128,15 @@ def make_runner(
 ) -> Runner:
     """A `Runner` as a caller builds one, at the test run's Landlock ABI cap;
     under TRUNNER_TEST_VIA_POOL=1 a `support.PooledRunner`, whose every run
-    and exec is served through `runner.pool(...)`."""
-    from support import VIA_POOL, PooledRunner
+    and exec is served through `runner.pool(...)`, under
+    TRUNNER_TEST_VIA_WARM=1 a `support.WarmRunner` (`runner.warm()`)."""
+    from support import VIA_POOL, VIA_WARM, PooledRunner, WarmRunner
     from trunner import Runner
     from trunner.linux.backend import LinuxBackend
     from trunner.linux.profile import DEFAULT_PROFILE, provider_profile
     from trunner.worker import locate_worker
 
-    cls = PooledRunner if VIA_POOL else Runner
+    cls = PooledRunner if VIA_POOL else WarmRunner if VIA_WARM else Runner
     cap = landlock_cap()
     if cap is None:
         return cls(import_paths=import_paths, temp_root=temp_root, limits=limits,

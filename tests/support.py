@@ -45,6 +45,11 @@ T = TypeVar("T")
 #: `.ci/run` runs tests/security and tests/compat so, as root and as uid 65534.
 VIA_POOL_VAR = "TRUNNER_TEST_VIA_POOL"
 VIA_POOL = os.environ.get(VIA_POOL_VAR) == "1"
+#: Likewise (TRUNNER_TEST_VIA_WARM=1): a `WarmRunner`, every run and exec
+#: in a `runner.warm()` block of its own: its jail started by the block's
+#: fork server. `.ci/run` runs tests/security and tests/compat so too.
+VIA_WARM_VAR = "TRUNNER_TEST_VIA_WARM"
+VIA_WARM = os.environ.get(VIA_WARM_VAR) == "1"
 
 
 class PooledRunner(Runner):  # type: ignore[misc]  # Runner is final to callers; a test-only view
@@ -89,6 +94,20 @@ class PooledRunner(Runner):  # type: ignore[misc]  # Runner is final to callers;
         async with self.pool("exec", size=1, limits=limits) as pool:
             return await pool.exec(argv, stdin=stdin, files=files, collect=collect, env=env,
                                    capture_on_failure=capture_on_failure)
+
+
+class WarmRunner(Runner):  # type: ignore[misc]  # as PooledRunner
+    """A `Runner` whose `run` and `exec` each run in a `self.warm()` block of
+    their own: the jail started by the block's fork server, nothing else
+    changed."""
+
+    async def run(self, *args: Any, **kw: Any) -> Result[Any]:
+        async with self.warm():
+            return await super().run(*args, **kw)
+
+    async def exec(self, *args: Any, **kw: Any) -> Result[ExecResult]:
+        async with self.warm():
+            return await super().exec(*args, **kw)
 
 # Prelude for child snippets: `attempt(fn)` returns the errno name or "OK:<value>";
 # `syscall(nr, *args)` makes a raw syscall and answers the same way.

@@ -144,6 +144,32 @@ def test_the_pool_from_asyncio(arunner: AsyncioRunner) -> None:
     assert code == 4
 
 
+def test_a_warm_block_from_asyncio(arunner: AsyncioRunner) -> None:
+    """`async with arunner.warm():` (and `async with arunner:`) keep one
+    fork server in the portal: the runs there, concurrent ones too, are
+    started by it; it is gone after the block."""
+    async def main() -> tuple[list[int | None], list[int | None], list[int | None]]:
+        async with arunner.warm() as same:
+            assert same is arunner
+            server = arunner.runner._warm.server
+            assert server is not None
+            pid = server.pid  # type: ignore[attr-defined]
+            codes = [r.response.exit_code for r in await asyncio.gather(
+                *(arunner.exec(["sh", "-c", f"exit {i}"]) for i in range(4)))]
+            assert server.starts == 1  # type: ignore[attr-defined]
+        async with arunner:
+            again = [(await arunner.exec(["true"])).response.exit_code]
+            assert arunner.runner._warm.server not in (None, server)
+        return codes, again, [pid]
+
+    codes, again, (pid,) = run(main)
+    assert codes == [0, 1, 2, 3]
+    assert again == [0]
+    assert pid is not None
+    assert not is_alive(pid)
+    assert arunner.runner._warm.server is None
+
+
 def test_an_exception_of_the_pool_body_leaves_as_itself(arunner: AsyncioRunner) -> None:
     async def main() -> None:
         async with arunner.pool("echo", size=1) as pool:
@@ -310,7 +336,8 @@ def test_the_trio_api_from_asyncio_is_refused_naming_the_asyncio_api(
     async def main() -> list[RunnerError]:
         errors = []
         for call in (lambda: runner.run("echo", 1), lambda: runner.exec([]),
-                     lambda: runner.exec(["true"]), lambda: _open(runner)):
+                     lambda: runner.exec(["true"]), lambda: _open(runner),
+                     lambda: _warm(runner)):
             try:
                 await call()
             except RunnerError as e:
@@ -318,7 +345,7 @@ def test_the_trio_api_from_asyncio_is_refused_naming_the_asyncio_api(
         return errors
 
     errors = run(main)
-    assert [e.reason for e in errors] == [Reason.NOT_IN_TRIO] * 4
+    assert [e.reason for e in errors] == [Reason.NOT_IN_TRIO] * 5
     for e in errors:
         assert "trunner.aio.AsyncioRunner" in e.detail
     assert list(jail_root.iterdir()) == []  # nothing spawned, nothing to clean
@@ -326,6 +353,11 @@ def test_the_trio_api_from_asyncio_is_refused_naming_the_asyncio_api(
 
 async def _open(runner: Runner) -> None:
     async with runner.pool("echo", size=1):
+        pass
+
+
+async def _warm(runner: Runner) -> None:
+    async with runner.warm():
         pass
 
 

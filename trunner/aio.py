@@ -307,6 +307,23 @@ class AsyncioRunner:
         if runner is not None and options:
             raise ValueError("pass a Runner or Runner's arguments, not both")
         self.runner = runner if runner is not None else Runner(**options)
+        self._entered: list[AsyncioWarm] = []
+
+    def warm(self) -> AsyncioWarm:
+        """`Runner.warm`, from asyncio: `async with runner.warm():` keeps a
+        fork server (in the portal) for the block, and `run`, `exec` and
+        `open_process` there start their jails through it."""
+        return AsyncioWarm(self, Held("AsyncioRunner.warm", self.runner.warm()))
+
+    async def __aenter__(self) -> AsyncioRunner:
+        block = self.warm()
+        await block.__aenter__()
+        self._entered.append(block)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._entered.pop().__aexit__(exc_type, exc, tb)
 
     @property
     def limits(self) -> Limits:
@@ -381,6 +398,22 @@ class AsyncioRunner:
         `await s.start_background(argv)` (docs/sessions.md)."""
         return AsyncioSession(Held("AsyncioRunner.session", self.runner.session(
             limits=limits, idle_s=idle_s, lifetime_s=lifetime_s)))
+
+
+@final
+class AsyncioWarm:
+    """`async with runner.warm():` (an `AsyncioRunner`); see `Runner.warm`."""
+
+    def __init__(self, runner: AsyncioRunner, held: Held[Runner]) -> None:
+        self._runner, self._held = runner, held
+
+    async def __aenter__(self) -> AsyncioRunner:
+        await self._held.enter()
+        return self._runner
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._held.exit(exc)
 
 
 class AsyncioSendStream:

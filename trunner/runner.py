@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, final, overload
 
 from trunner import exec_checks, invocation
@@ -21,11 +22,11 @@ from trunner.kernel.abi import BUILTIN_MODES
 from trunner.limits import Limits
 from trunner.modes import check_spec
 from trunner.protocol import ExecFile, ExecResult
-from trunner.spawn import COLD
+from trunner.warm import Warm
 from trunner.worker import locate_worker
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import AsyncIterator, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from trunner.invocation import Result
@@ -146,6 +147,8 @@ class Runner:
         # What dead owners (processes that used trunner here) left, never a live one's.
         self._backend.sweep(temp_root)
         self._entry_points: dict[str, str] | None = None
+        self._warm = Warm(self._backend)
+        self._entered: list[AbstractAsyncContextManager[Runner]] = []
 
     @property
     def backend(self) -> JailBackend:
@@ -206,9 +209,12 @@ class Runner:
         """
         invocation.require_trio("Runner.run", _ASYNCIO_RUNNER)
         limits = self._limits(limits)
-        argv = self._adapter_argv(self.resolve_mode(mode))
-        return await invocation.invoke(self._backend, argv, limits, self.temp_root, request,
-                                       invocation.Caps.of(limits), response_type, spawner=COLD)
+        mode = self.resolve_mode(mode)
+        argv = self._adapter_argv(mode)
+        async with self._warm.spawner(mode) as spawner:
+            return await invocation.invoke(self._backend, argv, limits, self.temp_root, request,
+                                           invocation.Caps.of(limits), response_type,
+                                           spawner=spawner)
 
     async def exec(
         self,
@@ -253,9 +259,10 @@ class Runner:
         invocation.require_trio("Runner.exec", _ASYNCIO_RUNNER)
         limits = self._limits(limits)
         request, caps = exec_checks.exec_request(argv, stdin, files, collect, limits, env)
-        result: Result[ExecResult] = await invocation.invoke(
-            self._backend, self._adapter_argv("exec"), limits, self.temp_root, request,
-            caps, ExecResult, spawner=COLD, capture_on_failure=capture_on_failure)
+        async with self._warm.spawner("exec") as spawner:
+            result: Result[ExecResult] = await invocation.invoke(
+                self._backend, self._adapter_argv("exec"), limits, self.temp_root, request,
+                caps, ExecResult, spawner=spawner, capture_on_failure=capture_on_failure)
         exec_checks.check_exec_reply(result.response, limits, request.collect,
                                      capture_on_failure=capture_on_failure)
         return result
@@ -294,11 +301,19 @@ class Runner:
                 `memory_limit`, `stdout_cap`, `stderr_cap`, any other
                 `Reason`; never with a result.
         """
+        return self._open_process(argv, files, env, self._limits(limits), pty)
+
+    @asynccontextmanager
+    async def _open_process(
+        self, argv: Sequence[str], files: Mapping[str, bytes | ExecFile] | None,
+        env: Mapping[str, str] | None, limits: Limits, pty: bool,
+    ) -> AsyncIterator[StreamingProcess]:
         from trunner import streaming
 
-        return streaming.open_process(self._backend, self._adapter_argv("exec"),
-                                      self._limits(limits), self.temp_root, argv,
-                                      files=files, env=env, pty=pty)
+        async with self._warm.spawner("exec") as spawner, streaming.open_process(
+                self._backend, self._adapter_argv("exec"), limits, self.temp_root, argv,
+                files=files, env=env, pty=pty, spawner=spawner) as process:
+            yield process
 
     def session(
         self, *, limits: Limits | None = None, idle_s: float = 300.0, lifetime_s: float = 3600.0,
@@ -321,6 +336,38 @@ class Runner:
 
         return open_session(self._backend, self._adapter_argv("exec"), self._limits(limits),
                             self.temp_root, idle_s=idle_s, lifetime_s=lifetime_s)
+
+    def warm(self) -> AbstractAsyncContextManager[Runner]:
+        """Keep a fork server for the block: `async with runner.warm():`
+        (or `async with Runner(...) as runner:`), and `run`, `exec` and
+        `open_process` there start their jails through it, as a pool's calls
+        do: the same jail, plan, rules version and verdict, at a pooled
+        run's cost, nothing spawned ahead. Blocks nest and overlap; the
+        server starts on entry and stops when the last block ends, once each
+        run begun in one is spawned. Outside every block runs are cold.
+        As root the server holds uid 0 with full capabilities (as a pool's
+        does: docs/design.md). Sessions and pools keep their own servers.
+
+        Raises:
+            RunnerError: `spawn_failed`, from the `async with`, when the
+                server cannot be started.
+        """
+        return self._warm_block()
+
+    @asynccontextmanager
+    async def _warm_block(self) -> AsyncIterator[Runner]:
+        invocation.require_trio("`async with runner.warm()`", _ASYNCIO_RUNNER)
+        async with self._warm.block():
+            yield self
+
+    async def __aenter__(self) -> Runner:
+        block = self._warm_block()
+        await block.__aenter__()
+        self._entered.append(block)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._entered.pop().__aexit__(None, None, None)
 
     def _adapter_argv(self, mode: str) -> tuple[str, ...]:
         return self._backend.adapter_argv(mode, builtin=mode in BUILTIN_MODES)

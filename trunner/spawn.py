@@ -93,14 +93,22 @@ class Spawner(Protocol):
     #: The built-in mode its jails' pid 2 serve in-process ("": each execs
     #: its adapter): what the jail is opened with.
     in_process: str
-    #: Requests that failed because a server died with them.
-    losses: int
+    @property
+    def losses(self) -> int:
+        """Requests that failed because a server died with them."""
 
     async def spawn(self, jail: S, *, stdio: str = "pipes") -> Child[S]:
         """Start `jail`'s first stage as the parent's child, its group
         listed with the watchdog; with `stdio` "stream", with a fifth pipe,
         the program's own stdout, with "pty" a socket, on which the pty
         comes (`Child.program_stdout`, `RunPipes`). Raises `RunnerError`."""
+
+    async def start(self) -> None:
+        """Start what it serves from now (a fork server), not on first use."""
+
+    def serving(self, mode: str) -> Spawner:
+        """This spawner, for jails of `mode` (a built-in mode's pid 2 served
+        in-process by a fork server): one server serves every mode."""
 
     async def aclose(self) -> object:
         """Stop what it started."""
@@ -376,6 +384,12 @@ class ColdSpawner:
                 Reason.SPAWN_FAILED,
                 f"cannot start {jail.command.argv[0]}: {e.strerror} (errno {e.errno})",
             ) from None
+
+    async def start(self) -> None:
+        pass
+
+    def serving(self, mode: str) -> ColdSpawner:
+        return self
 
     async def aclose(self) -> None:
         pass

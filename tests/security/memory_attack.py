@@ -408,6 +408,7 @@ async def drive(mode: str, cap: int, memory_bytes: int, scratch_bytes: int) -> d
         runner = Runner(limits=limits)
     # The test run's TRUNNER_TEST_VIA_POOL (support.VIA_POOL): served by a pool.
     via_pool = os.environ.get("TRUNNER_TEST_VIA_POOL") == "1"
+    via_warm = os.environ.get("TRUNNER_TEST_VIA_WARM") == "1"  # support.VIA_WARM: a warm block
     before = {name: meminfo()[name] for name in _FIELDS}
     worst = dict(before)
     out: dict[str, Any] = {"uid": os.getuid(), "before": before}
@@ -419,6 +420,9 @@ async def drive(mode: str, cap: int, memory_bytes: int, scratch_bytes: int) -> d
             if via_pool:
                 async with runner.pool("exec", size=1) as pool:
                     res = await pool.exec(argv, files=files)
+            elif via_warm:
+                async with runner.warm():
+                    res = await runner.exec(argv, files=files)
             else:
                 res = await runner.exec(argv, files=files)
         except RunnerError as e:

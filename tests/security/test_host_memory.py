@@ -91,7 +91,8 @@ def _drive(caller: str, mode: str, install: Path | None) -> dict[str, Any]:
     args = ["--drive", mode, str(BRAKE), str(MEMORY), str(SCRATCH)]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
            **{k: v for k, v in os.environ.items()
-              if k in ("TRUNNER_TEST_LANDLOCK_ABI", "TRUNNER_TEST_VIA_POOL")}}
+              if k in ("TRUNNER_TEST_LANDLOCK_ABI", "TRUNNER_TEST_VIA_POOL",
+                      "TRUNNER_TEST_VIA_WARM")}}
     if caller == "not_root" and install is not None:
         uid = unused_id()
         argv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",

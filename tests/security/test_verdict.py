@@ -25,7 +25,7 @@ import pytest
 from installed import run_caller, temp_install, unused_id, world_python
 
 from conftest import landlock_cap
-from support import VIA_POOL, run_code
+from support import VIA_POOL, VIA_WARM, run_code
 from trunner.linux.probe import trunner_dir
 
 if TYPE_CHECKING:
@@ -45,13 +45,14 @@ def install() -> Iterator[Path]:
 
 
 #: The caller: one `exec` of ARGV, its verdict as one JSON line; through a
-#: `runner.pool("exec")` when the test run is pooled (support.VIA_POOL).
+#: `runner.pool("exec")` when the test run is pooled (support.VIA_POOL), in a
+#: `runner.warm()` block when it is warm (support.VIA_WARM).
 CALLER = """
 import json, os, sys, trio
 from trunner import Limits, Runner, RunnerError
 from trunner.linux.backend import LinuxBackend
 from trunner.worker import locate_worker
-argv, collect, temp_root, cap, via_pool = json.loads(sys.argv[1] if len(sys.argv) > 1 else {args!r})
+argv, collect, temp_root, cap, via = json.loads(sys.argv[1] if len(sys.argv) > 1 else {args!r})
 
 async def main():
     limits = Limits(wall_time_s=30)
@@ -61,9 +62,12 @@ async def main():
         runner = Runner(limits=limits, temp_root=temp_root,
                         backend=LinuxBackend(locate_worker(), landlock_abi=cap))
     try:
-        if via_pool:
+        if via == "pool":
             async with runner.pool("exec", size=1) as pool:
                 r = (await pool.exec(argv, collect=collect)).response
+        elif via == "warm":
+            async with runner.warm():
+                r = (await runner.exec(argv, collect=collect)).response
         else:
             r = (await runner.exec(argv, collect=collect)).response
         out = {{"ok": True, "exit_code": r.exit_code, "stdout": r.stdout.decode(errors="replace"),
@@ -81,7 +85,8 @@ def call(install: Path, argv: list[str], collect: list[str], *, uid: int | None)
     temp_root = Path(tempfile.mkdtemp(prefix="jails-", dir=install))  # reachable by `uid`
     temp_root.chmod(0o1777)
     try:
-        args = [argv, collect, str(temp_root), landlock_cap(), VIA_POOL]
+        args = [argv, collect, str(temp_root), landlock_cap(),
+                "pool" if VIA_POOL else "warm" if VIA_WARM else ""]
         script = CALLER.format(args=json.dumps(args))
         verdict = run_caller(install, script, uid=uid)
         assert isinstance(verdict, dict)

@@ -51,7 +51,7 @@ from trunner.spawn import Child, RunPipes, S, abandon, on_spawn_thread
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from trunner.spawn import Spawnable
+    from trunner.spawn import Spawnable, Spawner
 
 #: How long the server's answer and the leader's `S` may take.
 REPLY_BOUND_S = 10.0
@@ -119,6 +119,19 @@ class ForkServer:
             if server is not None:
                 said = self._said = await _stop(server)
         return said
+
+    async def start(self) -> None:
+        """Start the server now, not on the first run (a warm Runner's block:
+        its failure leaves the `async with`, and no run waits for it)."""
+        async with self._lock:
+            if self._server is None:
+                self._server = await on_spawn_thread(self._start)
+                self.starts += 1
+
+    def serving(self, mode: str) -> Spawner:
+        """This server, for jails of `mode`: one server serves every mode (the
+        mode is in each run's message), pid 2 in-process for a built-in one."""
+        return _Serving(self, mode)
 
     async def spawn(self, jail: S, *, stdio: str = "pipes") -> Child[S]:
         """Start `jail`'s leader through the server (see the module's steps).
@@ -232,6 +245,36 @@ class ForkServer:
         control.setblocking(False)
         os.set_blocking(err_r, False)
         return _Server(popen, pidfd, control, err_r)
+
+
+class _Serving:
+    """A `ForkServer` for jails of one mode; its owner closes the server."""
+
+    def __init__(self, server: ForkServer, mode: str) -> None:
+        self._server = server
+        self.in_process = mode if mode in abi.BUILTIN_MODES else ""
+
+    @property
+    def losses(self) -> int:
+        return self._server.losses
+
+    async def spawn(self, jail: S, *, stdio: str = "pipes") -> Child[S]:
+        return await self._server.spawn(jail, stdio=stdio)
+
+    async def start(self) -> None:
+        await self._server.start()
+
+    def serving(self, mode: str) -> Spawner:
+        return self._server.serving(mode)
+
+    async def aclose(self) -> None:
+        pass
+
+    async def __aenter__(self) -> _Serving:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
 
 
 async def _hold(pid: int, link: socket.socket, jail: Spawnable) -> int:
