@@ -8,6 +8,7 @@ begun in a block is left without its leader when the last one ends."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,8 @@ from conftest import TESTS_DIR, child_pids
 from support import is_alive, jailed_under, run_code, scaled, wait_until
 from trunner import Reason, Runner, RunnerError
 from trunner.linux.plan import WORKDIR
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _server(runner: Runner) -> trunner.linux.forkclient.ForkServer:
@@ -244,3 +247,15 @@ def _comm(pid: int) -> str:
             return f.read().strip()
     except OSError:
         return ""
+
+
+def test_the_docs_block_runs_as_written(tmp_path: Path) -> None:
+    """docs/pool.md's warm Runner block (its second), as a program of its own."""
+    program = re.findall(r"^```python\n(.*?)^```$", (ROOT / "docs" / "pool.md").read_text(),
+                         re.MULTILINE | re.DOTALL)[1]
+    (tmp_path / "warm.py").write_text(program)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "warm.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=scaled(120))
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert done.stdout.splitlines() == ["one", "two"]
