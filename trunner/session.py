@@ -74,8 +74,8 @@ class Session:
         #: Commands start as a pool's runs do: a leader forked by a fork
         #: server of the session's own (its pid 2 serves `exec` in-process).
         self._spawner = backend.fork_server("exec")
-        #: And its files API's (`files`, in-process likewise), started on first use.
-        self._files_spawner = backend.fork_server("files")
+        #: The same server for its files API (`files`, in-process likewise).
+        self._files_spawner = self._spawner.serving("files")
         self._joined: _Joined | None = None
         #: Why it ended ("": it serves).
         self.ended = ""
