@@ -615,3 +615,52 @@ class Unjailed:
 
     def explain(self, exit_code: int, report: bytes, started_us: int) -> None:
         return None
+
+
+async def a_killed_parent_leaves_nothing(program: str, root: Path) -> None:
+    """Run `program` (`python -c`): it prints its fork server's pid, then
+    starts two jailed `sleep`s with jail dirs under `root`. SIGKILL it once
+    both sleep: the server, every jailed process and every dir under `root`
+    must be gone within 1 s (as tests/test_faults.py's, for the cold path)."""
+    import subprocess
+    import sys
+
+    parent = subprocess.Popen(  # noqa: ASYNC220  SIGKILLed and polled, never awaited
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        with trio.fail_after(scaled(60)):  # the parent's server started: its pid
+            line = await trio.to_thread.run_sync(parent.stdout.readline, abandon_on_cancel=True)
+        assert line, "the parent ended before its server was started"
+        server = int(line)
+
+        def sleeping() -> bool:
+            assert parent.poll() is None
+            return sum(1 for p in jailed_under(str(root)) if comm(p) == "sleep") == 2
+
+        await wait_until(sleeping, 60, "two jailed sleeps")
+        jailed = jailed_under(str(root))
+        parent.kill()
+        await wait_until(lambda: parent.poll() is not None, 30, "the parent's exit")
+
+        def left() -> list[str]:
+            return ([f"process {p}" for p in [server, *jailed] if is_alive(p)]
+                    + [f"dir {d}" for top, dirs, files in os.walk(root) for d in dirs + files])
+
+        await wait_until(lambda: not left(), 1.0, lambda: f"nothing left: {left()}")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        parent.wait()
+        for stream in (parent.stdout, parent.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def comm(pid: int) -> str:
+    """/proc/PID/comm, or "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

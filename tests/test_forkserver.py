@@ -9,7 +9,6 @@ import os
 import random
 import signal
 import socket
-import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,13 @@ import trio
 
 import trunner.linux.forkclient
 from conftest import TESTS_DIR, child_pids
-from support import host_children, is_alive, jailed_under, scaled, wait_until
+from support import (
+    a_killed_parent_leaves_nothing,
+    host_children,
+    is_alive,
+    scaled,
+    wait_until,
+)
 from trunner import Limits, Reason, RunnerError, invocation
 from trunner.kernel.abi import RUN_FDS
 
@@ -585,48 +590,9 @@ async def main():
 trio.run(main)
 """
 
-GONE_WITHIN_S = 1.0  # as tests/test_faults.py's, for the cold path
-
-
 async def test_the_parent_dies_and_the_server_and_every_jail_go(tmp_path: Path) -> None:
     root = tmp_path / "parent-jails"
     root.mkdir()
-    parent = subprocess.Popen(  # noqa: ASYNC220  SIGKILLed and polled, never awaited
-        [sys.executable, "-c", PARENT.format(tests=TESTS_DIR, root=str(root))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert parent.stdout is not None
-        with trio.fail_after(scaled(60)):  # the parent's pool warm: its server's pid
-            line = await trio.to_thread.run_sync(parent.stdout.readline, abandon_on_cancel=True)
-        assert line, "the parent ended before its pool was warm"
-        server = int(line)
-
-        def sleeping() -> bool:
-            assert parent.poll() is None
-            return sum(1 for p in jailed_under(str(root)) if _comm(p) == "sleep") == 2
-
-        await wait_until(sleeping, 60, "two jailed sleeps")
-        jailed = jailed_under(str(root))
-        parent.kill()
-        await wait_until(lambda: parent.poll() is not None, 30, "the parent's exit")
-
-        def left() -> list[str]:
-            return ([f"process {p}" for p in [server, *jailed] if is_alive(p)]
-                    + [f"dir {d}" for top, dirs, files in os.walk(root) for d in dirs + files])
-
-        await wait_until(lambda: not left(), GONE_WITHIN_S, lambda: f"nothing left: {left()}")
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-        parent.wait()
-        for stream in (parent.stdout, parent.stderr):
-            if stream is not None:
-                stream.close()
+    await a_killed_parent_leaves_nothing(PARENT.format(tests=TESTS_DIR, root=str(root)), root)
 
 
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
