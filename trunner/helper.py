@@ -856,32 +856,33 @@ def _drop_capabilities() -> None:
 
 
 def _enter_pid_namespace(bpf: bytes, ruleset: "LandlockPlan", adapter: "list[str]") -> None:
-    """Fork pid 1 of the PID namespace the helper unshared; pid 1 forks
-    pid 2, the jail; only pid 2 returns. Pid 1 reaps every orphan, hands pid
+    """Start pid 1 of the PID namespace the helper unshared and pid 2, the
+    jail, its child; only pid 2 returns. Pid 1 reaps every orphan, hands pid
     2's end to the helper and is then killed, which makes the kernel kill
     (and pid 1 reap) whatever is left inside: nothing of the jail outlives
     it. Pid 1 dies with the helper (parent-death signal), the helper with
-    the group. The helper notes pid 1 (`abi.INIT_NOTE`) for the parent."""
+    the group. The helper notes pid 1 (`abi.INIT_NOTE`) for the parent.
+
+    Pid 1 is a vfork child that runs no Python (`_kernel.fork_init`), so no
+    page of the interpreter is copied for it: it closes `ends` and the
+    host's /proc, resets the signals the interpreter catches (the kernel
+    shields a namespace's init from its namespace's signals it has no
+    handler for), forks pid 2, then holds no descriptor of the run but
+    `done` (as fd 0), confines itself (`_waiter_landlock`) and becomes
+    `trunner-waiter init` (waiter.c), which reaps orphans, writes pid 2's
+    end ("CODE STATUS" of waitid) on fd 0, then exits, which ends the
+    namespace; after a seccomp kill it blocks until killed instead (pid 2
+    stays a zombie, for the helper to name). A failure of pid 1 is written
+    on the report pipe, and pid 1 exits SANDBOX_SETUP_EXIT."""
     _last_cap()
     # A session's command: its mount namespace shows the session's /proc.
     proc = _host_proc[0] if _host_proc else posix.open(
         "/proc", posix.O_PATH | posix.O_DIRECTORY | posix.O_CLOEXEC)
     ends, done = posix.pipe2(posix.O_CLOEXEC)
-    init = posix.fork()
+    init = install.fork_init(done, (ends, proc), bpf, _waiter_landlock(ruleset),
+                             (install.WAITER, "init"))
     if init == 0:
-        try:  # pid 1 never goes on with the chain, whatever fails here
-            posix.close(ends)
-            posix.close(proc)
-            # The kernel shields a namespace's init from its namespace's
-            # signals it has no handler for: drop the interpreter's SIGINT
-            # handler first.
-            install.default_signal(abi.SIGINT)
-            jail = posix.fork()
-        except BaseException as e:
-            _fail(SetupError(f"pid_namespace: pid 1: {type(e).__name__}: {e}"))
-        if jail == 0:
-            return  # pid 2: on with the chain (the descriptors step closes `done`)
-        _run_init(done, bpf, ruleset)
+        return  # pid 2: on with the chain (the descriptors step closes `done`)
     posix.close(done)
     _note_init(init, proc)
     _wait_and_forward(init, ends, proc, bpf, adapter)
@@ -898,45 +899,19 @@ def _note_init(init: int, proc: int) -> None:
         raise SetupError(f"pid_namespace: cannot note pid 1: {type(e).__name__}: {e}") from None
 
 
-def _confine_self(bpf: bytes, ruleset: "LandlockPlan | None") -> None:
-    """What pid 1 and the waiting helper keep of the jail: no capabilities
-    (the sets emptied; both exec only trunner-waiter, under NO_NEW_PRIVS, so
-    the bounding set is moot), NO_NEW_PRIVS, the waiters' seccomp filter
-    (`plan.waiter_bpf`: what they call, and nothing else; pid 1 also
-    a Landlock ruleset that grants nothing but reading and executing
-    trunner-waiter, so no jailed process may ptrace it or read its
-    /proc/1/mem: Landlock allows that only into a nested domain; signals
-    unscoped, the helper must kill it)."""
-    install.clear_capabilities()
-    install.set_no_new_privs()
-    if ruleset is not None:
-        # The rule is on the very file WAITER_FD holds (Landlock rules bind inodes).
-        waiter: list[tuple[str | int, int, int]] = [
-            (WAITER_FD, 0, abi.ACCESS_FS_EXECUTE | abi.ACCESS_FS_READ_FILE)]
-        install.restrict_filesystem(ruleset.abi, ruleset.handled_fs, ruleset.handled_net,
-                                    ruleset.scoped & ~abi.SCOPE_SIGNAL, waiter, [])
-    install.install_seccomp(bpf)
-
-
-def _run_init(done: int, bpf: bytes, ruleset: "LandlockPlan") -> "NoReturn":
-    """Pid 1 of the jail: holds no descriptor of the run but `done` (as fd
-    0), confines itself and becomes `trunner-waiter init` (waiter.c), which
-    reaps orphans, writes pid 2's end ("CODE STATUS" of waitid) on fd 0,
-    then exits, which ends the namespace; after a seccomp kill it blocks
-    until killed instead (pid 2 stays a zombie, for the helper to name)."""
-    try:
-        install.set_parent_death_signal(abi.SIGKILL)  # kept across the exec
-        posix.chdir("/")  # the jail's root, not the helper's host jail dir
-        posix.dup2(done, 0)
-        posix.close(done)
-        posix.close(1)
-        posix.close(2)
-        install.close_from(WAITER_FD + 1)
-        _confine_self(bpf, ruleset)
-        install.set_cloexec(REPORT_FD)  # open until the exec: a failure is still reported
-        _exec_waiter([install.WAITER, "init"])
-    except BaseException as e:
-        _fail(SetupError(f"pid_namespace: pid 1: {type(e).__name__}: {e}"))
+def _waiter_landlock(ruleset: "LandlockPlan") -> "tuple[int, int, int, int, int, int]":
+    """What pid 1 and the waiting helper keep of the jail
+    (`install.confine_waiter`): no capabilities (the sets emptied; both exec
+    only trunner-waiter, under NO_NEW_PRIVS, so the bounding set is moot),
+    NO_NEW_PRIVS, the waiters' seccomp filter (`plan.waiter_bpf`: what they
+    call, and nothing else); pid 1 also this Landlock ruleset, which grants
+    nothing but reading and executing trunner-waiter, so no jailed process
+    may ptrace it or read its /proc/1/mem: Landlock allows that only into a
+    nested domain; signals unscoped, the helper must kill it. The rule is on
+    the very file WAITER_FD holds (Landlock rules bind inodes)."""
+    return (ruleset.abi, ruleset.handled_fs, ruleset.handled_net,
+            ruleset.scoped & ~abi.SCOPE_SIGNAL, WAITER_FD,
+            abi.ACCESS_FS_EXECUTE | abi.ACCESS_FS_READ_FILE)
 
 
 def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes,
@@ -951,7 +926,7 @@ def _wait_and_forward(init: int, ends: int, proc: int, bpf: bytes,
     try:
         for fd in (0, 1, 2, *_streaming):  # the jail's pipes are the jail's alone
             posix.close(fd)
-        _confine_self(bpf, None)
+        install.confine_waiter(bpf, None)
         for fd in (ends, proc):
             posix.set_inheritable(fd, True)
         _exec_waiter([install.WAITER, str(ends), str(init), str(proc), str(REPORT_FD), "--",

@@ -11,14 +11,30 @@ decided here. The parent also calls `landlock_abi()` to probe.
 import posix
 import sys
 
-from trunner.kernel.abi import IFF_UP, PR_SET_DUMPABLE, PR_SET_PDEATHSIG, S_IFDIR, S_IFMT
+from trunner.kernel.abi import (
+    IFF_UP,
+    PR_SET_DUMPABLE,
+    PR_SET_PDEATHSIG,
+    REPORT_FD,
+    S_IFDIR,
+    S_IFMT,
+    SANDBOX_SETUP_EXIT,
+    WAITER_FD,
+)
 
 TYPE_CHECKING = False  # not from typing: the helper imports this module
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 try:
-    from trunner.kernel._kernel import NR, loopback_up, seccomp_filter, syscall
+    from trunner.kernel._kernel import (
+        NR,
+        confine_waiter as confine_waiter,
+        fork_init as _fork_init,
+        loopback_up,
+        seccomp_filter,
+        syscall,
+    )
 except ImportError as e:  # compiled at install (hatch_build.py)
     raise ImportError(f"trunner.kernel._kernel is not built ({e}): reinstall trunner where a"
                       " C compiler and the Python headers are present") from e
@@ -118,6 +134,16 @@ def clear_capabilities() -> None:
     # zeroed __user_cap_data_struct {u32 effective, permitted, inheritable}.
     header = _LINUX_CAPABILITY_VERSION_3.to_bytes(4, sys.byteorder) + bytes(4)
     call("capset", header, bytes(24))
+
+
+def fork_init(done: int, closing: "tuple[int, ...]", bpf: bytes,
+              landlock: "tuple[int, int, int, int, int, int] | None",
+              argv: "tuple[str, ...]") -> int:
+    """The jail's pid 1, a vfork child that runs no Python, exec'ing the
+    waiter at WAITER_FD with `argv`, and pid 2, its fork (0 there):
+    `_kernel.fork_init`, its failures on REPORT_FD."""
+    return _fork_init(done, closing, bpf, landlock, argv, REPORT_FD, WAITER_FD,
+                      SANDBOX_SETUP_EXIT)
 
 
 def close_from(first_fd: int) -> None:

@@ -4,7 +4,7 @@
  *   trunner-waiter init
  *   trunner-waiter ENDS INIT PROC REPORT [-- ADAPTER...]
  *
- * `init` is pid 1 (helper.py's `_run_init` confines it first): it reaps
+ * `init` is pid 1 (_kernel.c's `fork_init` confines it first): it reaps
  * every orphan, writes pid 2's end ("CODE STATUS" of waitid) on fd 0, then
  * exits, which ends the namespace; after a seccomp kill it blocks until
  * killed instead (pid 2 stays a zombie, for the helper to name).

@@ -2,7 +2,7 @@
 this jail, capture its output within the caps, collect the files asked for.
 
 Runs in the jailed adapter of every `exec` spawn, so it imports only
-posix, time, select and resource (fnmatch only for a wildcard pattern,
+posix, time, select, resource and struct (fnmatch only for a wildcard pattern,
 _socket only for a pty, before the program starts): no os
 (~1.5 ms without site, which would have imported it), no subprocess
 (~9 ms: locale, re, enum, threading), no msgspec, no typing. Request and
@@ -30,6 +30,7 @@ from __future__ import annotations
 import posix
 import resource
 import select
+import struct  # wire.pack's floats (elapsed_s), a pty's SCM_RIGHTS: a fork server's image holds it
 import sys
 import time
 
@@ -286,7 +287,6 @@ def _pty_to_parent() -> tuple[str, int]:
     terminal, and that side, held (close-on-exec) until the program has
     it: with no process holding it, the parent's reads end (EIO)."""
     import _socket
-    import struct
 
     control, terminal = posix.openpty()
     try:
@@ -360,9 +360,7 @@ def _reap_all() -> None:
 def _prepare(patterns: Sequence[str]) -> None:
     """What must happen before the program exists: every import the rest
     of the run makes, this process out of the program's reach, and any
-    later import refused."""
-    import struct  # noqa: F401  wire.pack's floats (elapsed_s)
-
+    later import refused (struct, for wire.pack's floats, is this module's)."""
     if any(c in p for p in patterns for c in "*?["):
         import fnmatch  # noqa: F401  _match's wildcards
 

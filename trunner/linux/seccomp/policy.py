@@ -733,9 +733,9 @@ SERVER_SYSCALLS: tuple[str, ...] = ("accept", "accept4", "bind", "listen")
 
 
 #: All that trunner's own waiters may call once confined, in every profile:
-#: the waiting helper and the jail's pid 1 (helper.py's `_confine_self`),
+#: the waiting helper and the jail's pid 1 (`_kernel.confine_waiter`),
 #: from their install to their end. Between the two: Python's last steps
-#: (descriptor flags, the exec of trunner-waiter from its descriptor, or a
+#: (descriptor flags, pid 1's signal mask, the exec of trunner-waiter from its descriptor, or a
 #: refusal written and `_exit`, which may allocate), then waiter.c's calls:
 #: static musl's start-up (set_tid_address; arch_prctl on x86_64,
 #: `WAITER_ARCH_PRCTLS`), and its signal(SIGABRT), which blocks every signal
