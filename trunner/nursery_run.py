@@ -1,7 +1,8 @@
 """One invocation: one nursery supervising one jailed child.
 
-The process wait, the stdout drain, the stderr drain, the stdin feeder and
-the deadline-scoped killer are siblings in one nursery. A deadline or a cap
+The stdout drain, the stderr drain and the stdin feeder (only if the request
+did not fit the pipe at once) are tasks of one nursery, whose own body waits
+for the process under the deadline: the killer. A deadline or a cap
 breach records its reason (the first one wins) and cancels the scope; on
 every path, clean exit included, the whole process group is SIGKILLed while
 the leader is still unreaped, then `Child.aclose()` reaps it and waits until
@@ -127,11 +128,6 @@ async def supervise(
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # the child stopped reading; its exit status will tell why
 
-    async def kill_at(scope: trio.CancelScope) -> None:
-        with scope:
-            await trio.sleep_until(deadline)
-            breach(Reason.TIMEOUT, "the wall-clock deadline passed")
-
     async def watch_cpu(scope: trio.CancelScope, limit: float) -> None:
         # A poll when the run could first have reached the limit at full
         # speed on every CPU: rare while far from it, close together near it.
@@ -174,15 +170,17 @@ async def supervise(
 
     try:
         async with trio.open_nursery() as nursery:
-            # The feeder, the killer and the watchers have nothing to do once
-            # the child exits.
-            until_exit = tuple(trio.CancelScope() for _ in range(4))
-            nursery.start_soon(feed, until_exit[0])
-            nursery.start_soon(kill_at, until_exit[1])
+            # The feeder and the watchers have nothing to do once the child
+            # exits.
+            until_exit = tuple(trio.CancelScope() for _ in range(3))
+            if sent < len(request):
+                nursery.start_soon(feed, until_exit[0])
+            else:  # all of it is in the pipe: no feeder
+                child.stdin.close()
             if cpu_time_s is not None:
-                nursery.start_soon(watch_cpu, until_exit[2], cpu_time_s)
+                nursery.start_soon(watch_cpu, until_exit[1], cpu_time_s)
             if child.jail.memory_sample_s is not None:  # v2 before 5.19: no peak kept
-                nursery.start_soon(sample_memory, until_exit[3], child.jail.memory_sample_s)
+                nursery.start_soon(sample_memory, until_exit[2], child.jail.memory_sample_s)
             nursery.start_soon(drain, child.stdout, stdout_max_bytes, result.stdout,
                                Reason.STDOUT_CAP)
             nursery.start_soon(drain, child.stderr, stderr_max_bytes, result.stderr,
@@ -190,13 +188,17 @@ async def supervise(
             for more in streams:
                 nursery.start_soon(drain, more.stream, more.cap_bytes, bytearray(), more.reason,
                                    more.full_cap_bytes, False)
-            await child.wait_exit()
-            if result.failure is None:
-                result.wall_s = trio.current_time() - began
-            child.kill_group()
-            for scope in until_exit:
-                scope.cancel(reason="the worker exited")
-            nursery.cancel_scope.deadline = trio.current_time() + drain_grace_s
+            with trio.CancelScope(deadline=deadline) as killer:
+                await child.wait_exit()
+            if killer.cancelled_caught:  # the kill, and the nursery cancelled
+                breach(Reason.TIMEOUT, "the wall-clock deadline passed")
+            else:
+                if result.failure is None:
+                    result.wall_s = trio.current_time() - began
+                child.kill_group()
+                for scope in until_exit:
+                    scope.cancel(reason="the worker exited")
+                nursery.cancel_scope.deadline = trio.current_time() + drain_grace_s
         if nursery.cancel_scope.cancelled_caught:
             result.fail(
                 Reason.DRAIN_TIMEOUT,
