@@ -12,6 +12,8 @@ rotating. Per run, medians over rounds:
   children  what this process reaped: each run's leader and what it reaped
             (the waiters, pid 1 and 2, the program)
   server    the fork server (/proc/PID/stat)
+  watchdog  this process's watchdog (/proc/PID/stat): the records each run
+            sends it (`trunner.linux.watchdog`)
 
 Variants: `full` (the plan as shipped), then one per layer the plan can
 leave out (`LinuxBackend(unsafe_skip=(layer,))`, benchmarks only): the
@@ -32,6 +34,7 @@ import trio
 
 from trunner import Runner
 from trunner.kernel.abi import SKIPPABLE
+from trunner.linux import watchdog
 from trunner.linux.backend import LinuxBackend
 from trunner.worker import locate_worker
 
@@ -60,9 +63,9 @@ def rusage_ms(who: int) -> float:
     return (r.ru_utime + r.ru_stime) * 1000
 
 
-def sample(server: int | None) -> list[float]:
+def sample(server: int | None, guard: int | None) -> list[float]:
     return [time.monotonic() * 1000, host_busy_ms(), rusage_ms(resource.RUSAGE_SELF),
-            rusage_ms(resource.RUSAGE_CHILDREN), process_ms(server)]
+            rusage_ms(resource.RUSAGE_CHILDREN), process_ms(server), process_ms(guard)]
 
 
 async def block(pool: Any, mode: str, n: int) -> list[float]:  # noqa: ANN401  a WorkerPool
@@ -74,11 +77,11 @@ async def block(pool: Any, mode: str, n: int) -> list[float]:  # noqa: ANN401  a
 
     for _ in range(3):
         await call()
-    server = pool._spawner.pid
-    before = sample(server)
+    server, guard = pool._spawner.pid, watchdog.watchdog_pid()
+    before = sample(server, guard)
     for _ in range(n):
         await call()
-    after = sample(server)
+    after = sample(server, guard)
     return [(a - b) / n for a, b in zip(after, before, strict=True)]
 
 
@@ -92,7 +95,7 @@ async def main(mode: str, n: int, rounds: int) -> None:
         for name in order:
             async with runners[name].pool(mode, size=1) as pool:
                 figures[name].append(await block(pool, mode, n))
-    head = ("wall", "host", "parent", "children", "server")
+    head = ("wall", "host", "parent", "children", "server", "watchdog")
     print(f"pool {mode}: {rounds} rounds x {n} runs, ms per run (medians)")
     print(f"  {'variant':<16}" + "".join(f"{h:>10}" for h in head) + f"{'host - full':>13}")
     full_host = statistics.median(f[1] for f in figures["full"])

@@ -285,3 +285,30 @@ def test_a_new_runner_sweeps_dead_owners_leftovers_only(
             if path.is_symlink():
                 path.unlink()
         subprocess.run(["rm", "-rf", "--", str(root)], check=True)
+
+
+def test_a_runs_trunner_dir_removed_under_a_live_backend_is_made_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`RunCgroups` sets a base's `trunner/` dir up once, not on each run: a
+    run's mkdir that finds it gone makes it again (with its controllers
+    given, on v2), and the run gets its cgroup (a `trunner/` of this test's
+    own name, so no other run on the host is in it)."""
+    from trunner.linux import cgroup
+
+    parents = run_cgroup_parents(("pids",))
+    if not parents:
+        pytest.skip("no run cgroups for this caller")
+    base = str(parents[0].parent)
+    monkeypatch.setattr(cgroup, "DIR_NAME", f"trunner-test-{os.urandom(4).hex()}")
+    own = Path(base, cgroup.DIR_NAME)
+    made = cgroup.RunCgroups()
+    try:
+        for _ in range(2):
+            [path] = made.make([(base, "pids")], lambda paths: None)
+            assert Path(path).parent == own
+            assert Path(path, "pids.max").is_file()  # the controller is the cgroup's
+            cgroup.remove_now(path)
+            own.rmdir()  # removed under the live backend
+    finally:
+        if own.exists():
+            remove_cgroup(str(own))

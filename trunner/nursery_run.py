@@ -1,7 +1,8 @@
 """One invocation: one nursery supervising one jailed child.
 
-The process wait, the stdout drain, the stderr drain, the stdin feeder and
-the deadline-scoped killer are siblings in one nursery. A deadline or a cap
+The process wait, the stdout drain, the stderr drain and the
+deadline-scoped killer are siblings in one nursery (and the stdin feeder,
+when the request did not fit the pipe at once). A deadline or a cap
 breach records its reason (the first one wins) and cancels the scope; on
 every path, clean exit included, the whole process group is SIGKILLed while
 the leader is still unreaped, then `Child.aclose()` reaps it and waits until
@@ -177,7 +178,10 @@ async def supervise(
             # The feeder, the killer and the watchers have nothing to do once
             # the child exits.
             until_exit = tuple(trio.CancelScope() for _ in range(4))
-            nursery.start_soon(feed, until_exit[0])
+            if sent < len(request):
+                nursery.start_soon(feed, until_exit[0])
+            else:  # all of it is in the pipe: no feeder
+                child.stdin.close()
             nursery.start_soon(kill_at, until_exit[1])
             if cpu_time_s is not None:
                 nursery.start_soon(watch_cpu, until_exit[2], cpu_time_s)

@@ -38,11 +38,19 @@ DIR_NAME = "trunner"
 
 def read_text(path: str) -> str | None:
     """A small kernel file's text, stripped; None if it cannot be read."""
-    try:
-        with open(path) as f:
-            return f.read().strip()
+    try:  # os.open, not open(): read after every run, on its critical path
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 4096):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode(errors="replace").strip()
 
 
 def find_base(controller: str = "pids") -> str | None:
@@ -98,16 +106,20 @@ class RunCgroups:
     def __init__(self) -> None:
         self._enabled: set[tuple[str, str]] = set()
 
-    def prepare(self, base: str, controller: str = "pids", *, remember: bool = True) -> str:
+    def prepare(self, base: str, controller: str = "pids", *, remember: bool = True,
+                again: bool = False) -> str:
         """The dir runs' cgroups go in under `base` (`remember`: set up
         once for this backend; a session's cgroup, which goes with it, is
-        looked at again each time).
+        looked at again each time; `again`: a run's cgroup could not be made
+        in it, so it is made again if it was removed).
 
         Raises:
             OSError: the setup was refused.
         """
         parent = os.path.join(base, DIR_NAME)
         first = (base, controller) not in self._enabled
+        if not (first or again):
+            return parent  # set up: a run's mkdir finds out whether it is gone
         if first:
             _give(base, controller)
             if remember:
@@ -146,15 +158,23 @@ class RunCgroups:
         made: list[str] = []
         try:
             with_leaves = set()
+            #: Each path's (base, controller)s: `trunner/` made again if it is gone.
+            under: dict[str, list[tuple[str, str]]] = {}
             for i, (base, controller) in enumerate([*bases, *views]):
                 path = os.path.join(self.prepare(base, controller, remember=remember), name)
                 if path not in paths:
                     paths.append(path)
+                under.setdefault(path, []).append((base, controller))
                 if i < len(bases):
                     with_leaves.add(path)
             before_mkdir("\n".join(paths))
             for path in paths:
-                os.mkdir(path)
+                try:
+                    os.mkdir(path)
+                except FileNotFoundError:  # its `trunner/` was removed under a live backend
+                    for base, controller in under[path]:
+                        self.prepare(base, controller, remember=remember, again=True)
+                    os.mkdir(path)
                 made.append(path)
                 if path not in with_leaves:
                     continue

@@ -197,8 +197,7 @@ class ForkServer:
         server = self._server
         try:
             socket.send_fds(server.control, [message], fds)
-            await trio.lowlevel.wait_readable(server.control)
-            answer = server.control.recv(4096)
+            answer = await _receive(server.control, 4096)
         except (BrokenPipeError, ConnectionResetError):
             answer = b""
         if not answer:  # EOF: it died with the request
@@ -282,13 +281,12 @@ async def _hold(pid: int, link: socket.socket, jail: Spawnable) -> int:
     listed = False
     pidfd = -1
     try:
-        if _parent_of(pid) != os.getpid():
+        if not _is_child(pid):
             raise RunnerError(Reason.SANDBOX_SETUP, f"fork server: pid {pid} is not the"
                               " runner's child")
         pidfd = os.pidfd_open(pid)
         link.setblocking(False)
-        await trio.lowlevel.wait_readable(link)
-        if link.recv(32) != abi.LEADER_IN_SESSION + b"%d" % pid:
+        if await _receive(link, 32) != abi.LEADER_IN_SESSION + b"%d" % pid:
             raise RunnerError(Reason.SPAWN_FAILED, "the run's leader exited before its session"
                               " was made")
         jail.spawned(pid)
@@ -299,6 +297,27 @@ async def _hold(pid: int, link: socket.socket, jail: Spawnable) -> int:
         if pidfd >= 0:  # our unreaped child: the pid is its
             await abandon(pid, pidfd, jail if listed else None)
         raise
+
+
+def _is_child(pid: int) -> bool:
+    """Whether `pid` is our unreaped child (its parent in /proc is us): a
+    `waitid` that neither waits nor reaps, one syscall where /proc/PID/stat
+    is a file the kernel formats."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+async def _receive(sock: socket.socket, size: int) -> bytes:
+    """One message from a non-blocking socket: at once if it is there (the
+    peer usually answered while our send woke it), else once it comes."""
+    try:
+        return sock.recv(size)
+    except BlockingIOError:
+        await trio.lowlevel.wait_readable(sock)
+        return sock.recv(size)
 
 
 async def _reap_stray(link: socket.socket) -> bool:

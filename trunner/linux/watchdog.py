@@ -42,6 +42,13 @@ Leftovers = dict[str, tuple[str, str]]
 
 #: How long a watchdog whose parent died retries a cgroup or dir it cannot remove.
 GIVE_UP_S = 10.0
+#: How long the watchdog lets records gather in its pipe after reading some.
+#: It needs them only once the owner is dead, and reads every one left then;
+#: its owner's death (its pidfd) still wakes it at once. A run's five records
+#: then cost it one wake-up in many, not five (each ~50 us of host CPU).
+GATHER_S = 0.05
+#: The pipe's size asked for (records of ~1 KiB a run gather for GATHER_S).
+PIPE_BYTES = 1 << 20
 
 
 def apply(
@@ -90,23 +97,30 @@ def main(fd: int = 0, owner: str = "") -> None:
             apply(groups, leftovers, op, int(pgid), cgroup, jail_dir)
         pending = b"".join(f + b"\0" for f in fields[whole:]) + tail
 
+    def drain() -> bool:
+        """Feed what the pipe holds; whether it is at EOF."""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(fd, 65536):
+                feed(chunk)
+            return True
+        return False
+
     pidfd = _watch_owner(owner)
     poller = select.poll()
     poller.register(fd, select.POLLIN)
+    #: Only the owner's death (nothing registered without a pidfd: a sleep).
+    death = select.poll()
     if pidfd is not None and pidfd >= 0:
         poller.register(pidfd, select.POLLIN)
+        death.register(pidfd, select.POLLIN)
+    os.set_blocking(fd, False)
     while pidfd != -1:
         if pidfd is not None and any(f == pidfd for f, _ in poller.poll()):
             break  # the owner is dead; a process it forked may still hold the pipe
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        feed(chunk)
+        if drain() or death.poll(GATHER_S * 1000):
+            break  # EOF, or the owner died while records gathered
     # What the owner wrote before it died is all in the pipe: read it all.
-    os.set_blocking(fd, False)
-    with contextlib.suppress(BlockingIOError):
-        while chunk := os.read(fd, 65536):
-            feed(chunk)
+    drain()
     clean_up(groups, leftovers, remove_tree, remove_cgroup)
 
 
@@ -215,6 +229,10 @@ def _start() -> None:
     finally:
         os.close(read)
     _fd = write
+    with contextlib.suppress(OSError):  # above /proc/sys/fs/pipe-max-size: the default
+        import fcntl
+
+        fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     # A new watchdog learns the whole state, the record being sent included.
     replay = [_record("+", p, *entry) for p, entry in _groups.items()]
     replay += [_record("=", 0, *entry) for entry in _leftovers.values()]
