@@ -10,8 +10,29 @@
  *                              buffer; bytes are NUL-terminated, so a path
  *                              passed as bytes is a C string). -1 raises
  *                              OSError(errno).
- *   seccomp_filter(bpf)        PR_SET_SECCOMP with `bpf`, struct sock_filter
- *                              bytes (the struct sock_fprog points into them).
+ *   seccomp_filter(bpf)        `bpf`, struct sock_filter bytes, as this
+ *                              thread's seccomp filter (PR_SET_SECCOMP; the
+ *                              struct sock_fprog points into them). Checked
+ *                              first: a whole program of 1 to BPF_MAXINSNS
+ *                              instructions, then NO_NEW_PRIVS.
+ *   clear_capabilities()       the ambient set cleared, then capset with
+ *                              the effective, permitted and inheritable
+ *                              sets empty.
+ *   landlock_abi() -> int      the kernel's Landlock ABI, 0 where Landlock
+ *                              is absent or disabled.
+ *   landlock_restrict(abi, fs, net, scoped, rules, ports)
+ *                              a Landlock ruleset handling `fs`, `net` and
+ *                              `scoped` at `abi` (the attr's size is that
+ *                              ABI's), each rule (path or fd, rights on a
+ *                              directory, rights on a file) added on the
+ *                              path opened O_PATH (symlinks followed) or a
+ *                              duplicate of the fd, the one right fstat
+ *                              picks (0: no rule), each port (port, rights)
+ *                              as a NET_PORT rule, then this thread
+ *                              restricted. Checked first: the kernel's ABI
+ *                              (EOPNOTSUPP, "landlock"), NO_NEW_PRIVS
+ *                              (EPERM, "landlock_restrict_self"). A failure
+ *                              enforces nothing and leaves no descriptor.
  *   loopback_up() -> int       bring the network namespace's "lo" up
  *                              (SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP |
  *                              IFF_RUNNING added), through an AF_INET datagram
@@ -33,11 +54,9 @@
  *                              (abi, handled_fs, handled_net, scoped, fd,
  *                              rights)) a ruleset granting `rights` on the
  *                              file `fd` holds (nothing on a directory),
- *                              then `bpf` as its seccomp filter. The
- *                              checks of install.restrict_filesystem and
- *                              install_seccomp (the kernel's Landlock ABI,
- *                              NO_NEW_PRIVS, the program's size) hold.
- *                              OSError(errno, strerror, the call refused).
+ *                              then `bpf` as its seccomp filter: the code
+ *                              of clear_capabilities, landlock_restrict
+ *                              and seccomp_filter, their checks included.
  *   fork_init(done, closing, bpf, landlock, argv, report, waiter, fail)
  *                              the jail's pid 1 and pid 2, after an
  *                              unshare(CLONE_NEWPID): pid 1 is a vfork
@@ -64,7 +83,15 @@
  *   NR                         {name: number} of the calls used, from this
  *                              build's <sys/syscall.h>.
  *
- * No policy lives here: trunner.linux.install and mounts decide what to call.
+ * The confinement steps (clear_capabilities, landlock_restrict,
+ * seccomp_filter) are each one C function, the one implementation of the
+ * step: the jail's pid 2 calls them through trunner.kernel.install, and
+ * confine_waiter and fork_init's pid 1 call the same functions in order.
+ * Each refusal is OSError(errno, strerror or what a check found, the call
+ * refused: "capset", "landlock_add_rule(<path>)", "landlock_add_rule(tcp
+ * port <n>)", "seccomp(SECCOMP_SET_MODE_FILTER)", ...).
+ *
+ * No policy lives here: trunner.kernel.install and mounts decide what to call.
  */
 #define PY_SSIZE_T_CLEAN
 /* The stable ABI of 3.11: one _kernel.abi3.so for every CPython from 3.11 on. */
@@ -160,33 +187,6 @@ done:
 }
 
 static PyObject *
-kernel_seccomp_filter(PyObject *module, PyObject *arg)
-{
-    Py_buffer view;
-    struct sock_fprog prog;
-    int ret, err;
-
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (view.len == 0 || view.len % sizeof(struct sock_filter) != 0
-        || view.len / sizeof(struct sock_filter) > BPF_MAXINSNS) {
-        PyBuffer_Release(&view);
-        errno = EINVAL;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    prog.len = (unsigned short)(view.len / sizeof(struct sock_filter));
-    prog.filter = (struct sock_filter *)view.buf;
-    ret = prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
-    err = errno;
-    PyBuffer_Release(&view);
-    if (ret != 0) {
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    Py_RETURN_NONE;
-}
-
-static PyObject *
 kernel_loopback_up(PyObject *module, PyObject *unused)
 {
     struct ifreq ifr;
@@ -214,12 +214,364 @@ fail:
     return PyErr_SetFromErrno(PyExc_OSError);
 }
 
+/* The confinement primitives: system calls only (pid 1 runs them in a vfork
+ * child, with no interpreter), each the one implementation of its step, for
+ * the jail's pid 2 (through the functions below) and the waiters (confine).
+ * A failure returns -1 with errno and says where it stopped: */
+enum { KERNEL_REFUSED, ABI_TOO_OLD, NNP_UNSET, NOT_BPF };
+struct refusal {
+    const char *what; /* the call refused */
+    int why;          /* KERNEL_REFUSED (errno's strerror), or a check of ours */
+    long rule;        /* landlock_add_rule: the rule's index (rules, then ports) */
+    long long detail; /* ABI_TOO_OLD: the kernel's ABI; NOT_BPF: the program's size */
+};
+
+/* A Landlock path-beneath rule: `path` opened O_PATH (following symlinks),
+ * or, with no path, a duplicate of `fd`; fstat decides which rights apply
+ * (a zero adds no rule: the kernel refuses directory rights on a file). */
+struct landlock_rule {
+    const char *path;
+    int fd;
+    unsigned long long dir_rights, file_rights;
+};
+struct landlock_port {
+    unsigned long long port, rights;
+};
+
+static int
+no_new_privs(void)
+{
+    return prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
+}
+
+/* The ambient, effective, permitted and inheritable sets emptied. */
+static int
+clear_caps(struct refusal *r)
+{
+    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+
+    memset(data, 0, sizeof data);
+    r->what = "prctl(PR_CAP_AMBIENT_CLEAR_ALL)";
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+        return -1;
+    r->what = "capset";
+    return syscall(SYS_capset, &header, data) < 0 ? -1 : 0;
+}
+
+/* The kernel's Landlock ABI: 0 where Landlock is absent or disabled. */
+static long
+landlock_kernel_abi(void)
+{
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0L, 1L /* VERSION */);
+    if (abi < 0 && (errno == ENOSYS || errno == EOPNOTSUPP))
+        return 0;
+    return abi;
+}
+
+/* A ruleset handling `fs`, `net` and `scoped` at `abi`, each rule and port
+ * added, this thread restricted. Checked first: the kernel's ABI, then
+ * NO_NEW_PRIVS (even with CAP_SYS_ADMIN). Any failure enforces nothing and
+ * leaves no descriptor open; at most two are open at a time (the ruleset
+ * and one rule's), as RLIMIT_NOFILE is already the run's. */
+static int
+landlock_apply(unsigned long long abi, unsigned long long fs, unsigned long long net,
+               unsigned long long scoped, const struct landlock_rule *rules, size_t nrules,
+               const struct landlock_port *ports, size_t nports, struct refusal *r)
+{
+    /* struct landlock_ruleset_attr: three u64, as much as `abi` has;
+     * struct landlock_path_beneath_attr: a u64 and an s32, packed;
+     * struct landlock_net_port_attr: two u64. */
+    unsigned long long attr[3] = {fs, net, scoped}, port_attr[2];
+    struct __attribute__((packed)) {
+        unsigned long long allowed;
+        int parent_fd;
+    } beneath;
+    size_t size = abi < 4 ? 8 : abi < 6 ? 16 : 24;
+    long kernel;
+    int ruleset, fd = -1, err;
+
+    r->what = "landlock_create_ruleset";
+    kernel = landlock_kernel_abi();
+    if (kernel < 0)
+        return -1;
+    r->what = "landlock";
+    if ((unsigned long long)kernel < abi) {
+        r->why = ABI_TOO_OLD;
+        r->detail = kernel;
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    r->what = "landlock_restrict_self";
+    if (!no_new_privs()) {
+        r->why = NNP_UNSET;
+        errno = EPERM;
+        return -1;
+    }
+    r->what = "landlock_create_ruleset";
+    ruleset = (int)syscall(SYS_landlock_create_ruleset, attr, size, 0L);
+    if (ruleset < 0)
+        return -1;
+    r->what = "landlock_add_rule";
+    for (size_t i = 0; i < nrules; i++) {
+        struct stat st;
+        unsigned long long rights;
+        r->rule = (long)i;
+        fd = rules[i].path != NULL ? open(rules[i].path, O_PATH | O_CLOEXEC)
+                                   : fcntl(rules[i].fd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0 || fstat(fd, &st) < 0)
+            goto failed;
+        rights = S_ISDIR(st.st_mode) ? rules[i].dir_rights : rules[i].file_rights;
+        if (rights) {
+            beneath.allowed = rights;
+            beneath.parent_fd = fd;
+            if (syscall(SYS_landlock_add_rule, ruleset, 1L /* PATH_BENEATH */, &beneath, 0L) < 0)
+                goto failed;
+        }
+        close(fd);
+        fd = -1;
+    }
+    for (size_t i = 0; i < nports; i++) {
+        r->rule = (long)(nrules + i);
+        port_attr[0] = ports[i].rights;
+        port_attr[1] = ports[i].port;
+        if (syscall(SYS_landlock_add_rule, ruleset, 2L /* NET_PORT */, port_attr, 0L) < 0)
+            goto failed;
+    }
+    r->rule = -1;
+    r->what = "landlock_restrict_self";
+    if (syscall(SYS_landlock_restrict_self, ruleset, 0L) < 0)
+        goto failed;
+    close(ruleset);
+    return 0;
+failed:
+    err = errno;
+    if (fd >= 0)
+        close(fd);
+    close(ruleset);
+    errno = err;
+    return -1;
+}
+
+/* `count` struct sock_filter at `filter` as this thread's seccomp filter.
+ * Checked first: the program's size, then NO_NEW_PRIVS. */
+static int
+seccomp_install(const void *filter, size_t bytes, struct refusal *r)
+{
+    struct sock_fprog prog;
+    size_t count = bytes / sizeof(struct sock_filter);
+
+    r->what = "seccomp";
+    if (count == 0 || count > BPF_MAXINSNS || bytes % sizeof(struct sock_filter)) {
+        r->why = NOT_BPF;
+        r->detail = (long long)bytes;
+        errno = EINVAL;
+        return -1;
+    }
+    if (!no_new_privs()) {
+        r->why = NNP_UNSET;
+        errno = EPERM;
+        return -1;
+    }
+    r->what = "seccomp(SECCOMP_SET_MODE_FILTER)";
+    prog.len = (unsigned short)count;
+    prog.filter = (struct sock_filter *)filter;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0 ? 0 : -1;
+}
+
+/* OSError(err, why, what): `what` a str object (taken), or NULL for r->what. */
+static PyObject *
+refused(int err, const struct refusal *r, PyObject *what, unsigned long long abi)
+{
+    PyObject *exc, *why;
+
+    if (what == NULL)
+        what = PyUnicode_DecodeFSDefault(r->what);
+    if (what == NULL)
+        return NULL;
+    switch (r->why) {
+    case ABI_TOO_OLD:
+        why = PyUnicode_FromFormat("kernel Landlock ABI is %lld, the ruleset needs ABI %llu",
+                                   r->detail, abi);
+        break;
+    case NNP_UNSET:
+        why = PyUnicode_FromString("PR_SET_NO_NEW_PRIVS is not set");
+        break;
+    case NOT_BPF:
+        why = PyUnicode_FromFormat("not a BPF program (%lld bytes)", r->detail);
+        break;
+    default:
+        why = PyUnicode_DecodeLocale(strerror(err), "surrogateescape");
+    }
+    if (why == NULL) {
+        Py_DECREF(what);
+        return NULL;
+    }
+    exc = Py_BuildValue("(iNN)", err, why, what);
+    if (exc != NULL) {
+        PyErr_SetObject(PyExc_OSError, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+static PyObject *
+kernel_clear_capabilities(PyObject *module, PyObject *unused)
+{
+    struct refusal r = {"", KERNEL_REFUSED, -1, 0};
+    if (clear_caps(&r) < 0)
+        return refused(errno, &r, NULL, 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+kernel_seccomp_filter(PyObject *module, PyObject *arg)
+{
+    struct refusal r = {"", KERNEL_REFUSED, -1, 0};
+    Py_buffer view;
+    int ret, err;
+
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    ret = seccomp_install(view.buf, (size_t)view.len, &r);
+    err = errno;
+    PyBuffer_Release(&view);
+    if (ret < 0)
+        return refused(err, &r, NULL, 0);
+    Py_RETURN_NONE;
+}
+
+static int
+item_ull(PyObject *seq, Py_ssize_t i, unsigned long long *out)
+{
+    PyObject *item = PySequence_GetItem(seq, i);
+    if (item == NULL)
+        return -1;
+    *out = PyLong_AsUnsignedLongLong(item);
+    Py_DECREF(item);
+    return *out == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *
+kernel_landlock_restrict(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    struct refusal r = {"", KERNEL_REFUSED, -1, 0};
+    unsigned long long abi, fs, net, scoped;
+    struct landlock_rule *rules = NULL;
+    struct landlock_port *ports = NULL;
+    PyObject **names = NULL, **encoded = NULL, *result = NULL;
+    Py_ssize_t nrules, nports, i;
+    int ret, err;
+
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "landlock_restrict(abi, fs, net, scoped, rules, ports)");
+        return NULL;
+    }
+    abi = PyLong_AsUnsignedLongLong(args[0]);
+    fs = PyLong_AsUnsignedLongLong(args[1]);
+    net = PyLong_AsUnsignedLongLong(args[2]);
+    scoped = PyLong_AsUnsignedLongLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    nrules = PySequence_Size(args[4]);
+    nports = PySequence_Size(args[5]);
+    if (nrules < 0 || nports < 0)
+        return NULL;
+    rules = PyMem_Calloc((size_t)nrules + 1, sizeof *rules);
+    names = PyMem_Calloc((size_t)nrules + 1, sizeof *names);
+    encoded = PyMem_Calloc((size_t)nrules + 1, sizeof *encoded);
+    ports = PyMem_Calloc((size_t)nports + 1, sizeof *ports);
+    if (rules == NULL || names == NULL || encoded == NULL || ports == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < nrules; i++) {
+        PyObject *rule = PySequence_GetItem(args[4], i);
+        if (rule == NULL)
+            goto done;
+        if (PySequence_Size(rule) != 3) {
+            Py_DECREF(rule);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "landlock rule: (path or fd, dir, file)");
+            goto done;
+        }
+        names[i] = PySequence_GetItem(rule, 0);
+        if (names[i] == NULL || item_ull(rule, 1, &rules[i].dir_rights) < 0
+            || item_ull(rule, 2, &rules[i].file_rights) < 0) {
+            Py_DECREF(rule);
+            goto done;
+        }
+        Py_DECREF(rule);
+        if (PyLong_Check(names[i])) {
+            long fd = PyLong_AsLong(names[i]);
+            if (fd == -1 && PyErr_Occurred())
+                goto done;
+            /* out of an int's range: no such descriptor, as dup(2) says */
+            rules[i].fd = fd < 0 || fd > 0x7fffffff ? -1 : (int)fd;
+        } else {
+            if (!PyUnicode_FSConverter(names[i], &encoded[i]))
+                goto done;
+            rules[i].path = PyBytes_AsString(encoded[i]);
+        }
+    }
+    for (i = 0; i < nports; i++) {
+        PyObject *port = PySequence_GetItem(args[5], i);
+        if (port == NULL)
+            goto done;
+        if (PySequence_Size(port) != 2 || item_ull(port, 0, &ports[i].port) < 0
+            || item_ull(port, 1, &ports[i].rights) < 0) {
+            Py_DECREF(port);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "landlock port: (port, rights)");
+            goto done;
+        }
+        Py_DECREF(port);
+    }
+    ret = landlock_apply(abi, fs, net, scoped, rules, (size_t)nrules, ports, (size_t)nports, &r);
+    err = errno;
+    if (ret == 0) {
+        result = Py_NewRef(Py_None);
+    } else if (r.rule < 0) {
+        refused(err, &r, NULL, abi);
+    } else if (r.rule < nrules) {
+        PyObject *what = PyUnicode_FromFormat("landlock_add_rule(%S)", names[r.rule]);
+        if (what != NULL)
+            refused(err, &r, what, abi);
+    } else {
+        PyObject *what = PyUnicode_FromFormat("landlock_add_rule(tcp port %llu)",
+                                              ports[r.rule - nrules].port);
+        if (what != NULL)
+            refused(err, &r, what, abi);
+    }
+done:
+    for (i = 0; names != NULL && i < nrules; i++) {
+        Py_XDECREF(names[i]);
+        Py_XDECREF(encoded[i]);
+    }
+    PyMem_Free(rules);
+    PyMem_Free(names);
+    PyMem_Free(encoded);
+    PyMem_Free(ports);
+    return result;
+}
+
+static PyObject *
+kernel_landlock_abi(PyObject *module, PyObject *unused)
+{
+    long abi = landlock_kernel_abi();
+    if (abi < 0) {
+        struct refusal r = {"landlock_create_ruleset", KERNEL_REFUSED, -1, 0};
+        return refused(errno, &r, NULL, 0);
+    }
+    return PyLong_FromLong(abi);
+}
+
 /* confine_waiter's arguments, read while the interpreter may still run. */
 struct confinement {
     Py_buffer bpf;
     int landlock; /* 0: no ruleset */
-    unsigned long long abi, fs, net, scoped, rights;
-    int fd;
+    unsigned long long abi, fs, net, scoped;
+    struct landlock_rule rule;
 };
 
 static int
@@ -229,122 +581,35 @@ read_confinement(PyObject *bpf, PyObject *landlock, struct confinement *c)
     if (landlock != Py_None) {
         int fd;
         if (!PyArg_ParseTuple(landlock, "KKKKiK;landlock: (abi, fs, net, scoped, fd, rights)",
-                              &c->abi, &c->fs, &c->net, &c->scoped, &fd, &c->rights))
+                              &c->abi, &c->fs, &c->net, &c->scoped, &fd, &c->rule.file_rights))
             return -1;
         c->landlock = 1;
-        c->fd = fd;
+        c->rule.fd = fd; /* no rights on a directory */
     }
     return PyObject_GetBuffer(bpf, &c->bpf, PyBUF_SIMPLE);
 }
 
-/* confine_waiter's work: system calls only (pid 1 runs it in a vfork
- * child), -1 with errno and *what naming the call refused. */
+/* confine_waiter's work, the primitives above in order: system calls only
+ * (pid 1 runs it in a vfork child). */
 static int
-confine(const struct confinement *c, const char **what)
+confine(const struct confinement *c, struct refusal *r)
 {
-    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
-    struct __user_cap_data_struct data[2];
-    struct sock_fprog prog;
-    size_t count = (size_t)c->bpf.len / sizeof(struct sock_filter);
-
-    memset(data, 0, sizeof data);
-    *what = "prctl(PR_CAP_AMBIENT_CLEAR_ALL)";
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+    if (clear_caps(r) < 0)
         return -1;
-    *what = "capset";
-    if (syscall(SYS_capset, &header, data) < 0)
-        return -1;
-    *what = "prctl(PR_SET_NO_NEW_PRIVS)";
+    r->what = "prctl(PR_SET_NO_NEW_PRIVS)";
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         return -1;
-    if (c->landlock) {
-        /* struct landlock_ruleset_attr: three u64, as much as `abi` has;
-         * struct landlock_path_beneath_attr: a u64 and an s32, packed. */
-        unsigned long long attr[3] = {c->fs, c->net, c->scoped};
-        struct __attribute__((packed)) {
-            unsigned long long allowed;
-            int parent_fd;
-        } beneath;
-        struct stat st;
-        size_t size = c->abi < 4 ? 8 : c->abi < 6 ? 16 : 24;
-        long kernel = syscall(SYS_landlock_create_ruleset, NULL, 0, 1L);
-        int ruleset, fd, is_dir;
-        *what = "landlock";
-        if (kernel < 0 && errno != ENOSYS && errno != EOPNOTSUPP)
-            return -1;
-        if (kernel < (long)c->abi) {
-            errno = EOPNOTSUPP;
-            return -1;
-        }
-        *what = "landlock_restrict_self";
-        if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
-            errno = EPERM;
-            return -1;
-        }
-        *what = "landlock_create_ruleset";
-        ruleset = (int)syscall(SYS_landlock_create_ruleset, attr, size, 0L);
-        if (ruleset < 0)
-            return -1;
-        *what = "landlock_add_rule";
-        fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
-        if (fd < 0 || fstat(fd, &st) < 0)
-            goto landlock_failed;
-        is_dir = S_ISDIR(st.st_mode);
-        if (!is_dir && c->rights) {
-            beneath.allowed = c->rights;
-            beneath.parent_fd = fd;
-            if (syscall(SYS_landlock_add_rule, ruleset, 1L /* PATH_BENEATH */, &beneath, 0L) < 0)
-                goto landlock_failed;
-        }
-        close(fd);
-        fd = -1;
-        *what = "landlock_restrict_self";
-        if (syscall(SYS_landlock_restrict_self, ruleset, 0L) < 0)
-            goto landlock_failed;
-        close(ruleset);
-        goto landlocked;
-    landlock_failed:
-        {
-            int err = errno;
-            if (fd >= 0)
-                close(fd);
-            close(ruleset);
-            errno = err;
-            return -1;
-        }
-    }
-landlocked:
-    *what = "seccomp";
-    if (count == 0 || count > BPF_MAXINSNS || (size_t)c->bpf.len % sizeof(struct sock_filter)) {
-        errno = EINVAL;
+    if (c->landlock
+        && landlock_apply(c->abi, c->fs, c->net, c->scoped, &c->rule, 1, NULL, 0, r) < 0)
         return -1;
-    }
-    if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1) {
-        errno = EPERM;
-        return -1;
-    }
-    *what = "seccomp(SECCOMP_SET_MODE_FILTER)";
-    prog.len = (unsigned short)count;
-    prog.filter = (struct sock_filter *)c->bpf.buf;
-    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0 ? 0 : -1;
-}
-
-static PyObject *
-refused(int err, const char *what)
-{
-    PyObject *exc = Py_BuildValue("(iss)", err, strerror(err), what);
-    if (exc != NULL) {
-        PyErr_SetObject(PyExc_OSError, exc);
-        Py_DECREF(exc);
-    }
-    return NULL;
+    return seccomp_install(c->bpf.buf, (size_t)c->bpf.len, r);
 }
 
 static PyObject *
 kernel_confine_waiter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     struct confinement c;
-    const char *what = "";
+    struct refusal r = {"", KERNEL_REFUSED, -1, 0};
     int ret, err;
 
     if (nargs != 2) {
@@ -353,11 +618,11 @@ kernel_confine_waiter(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     if (read_confinement(args[0], args[1], &c) < 0)
         return NULL;
-    ret = confine(&c, &what);
+    ret = confine(&c, &r);
     err = errno;
     PyBuffer_Release(&c.bpf);
     if (ret < 0)
-        return refused(err, what);
+        return refused(err, &r, NULL, c.abi);
     Py_RETURN_NONE;
 }
 
@@ -390,7 +655,7 @@ struct init_args {
 static __attribute__((noinline)) int
 run_pid1(const struct init_args *a)
 {
-    const char *what = "";
+    struct refusal r = {"", KERNEL_REFUSED, -1, 0};
     long jail;
     for (int i = 0; i < a->nclosing; i++)
         close(a->closing[i]);
@@ -424,8 +689,8 @@ run_pid1(const struct init_args *a)
     close(2);
     if (syscall(SYS_close_range, (long)a->waiter + 1, ~0UL, 0L) < 0)
         init_failed(a->report, "close_range", errno, a->fail);
-    if (confine(&a->c, &what) < 0)
-        init_failed(a->report, what, errno, a->fail);
+    if (confine(&a->c, &r) < 0)
+        init_failed(a->report, r.what, errno, a->fail);
     if (fcntl(a->report, F_SETFD, FD_CLOEXEC) < 0)
         init_failed(a->report, "fcntl(F_SETFD)", errno, a->fail);
     pthread_sigmask(SIG_SETMASK, &a->old, NULL);
@@ -528,6 +793,12 @@ static PyMethodDef kernel_methods[] = {
      "syscall(nr, *args) -> int: a raw system call; -1 raises OSError."},
     {"seccomp_filter", kernel_seccomp_filter, METH_O,
      "seccomp_filter(bpf): install struct sock_filter bytes with PR_SET_SECCOMP."},
+    {"clear_capabilities", kernel_clear_capabilities, METH_NOARGS,
+     "clear_capabilities(): empty the ambient, effective, permitted and inheritable sets."},
+    {"landlock_abi", kernel_landlock_abi, METH_NOARGS,
+     "landlock_abi() -> int: the kernel's Landlock ABI, 0 where it has none."},
+    {"landlock_restrict", (PyCFunction)(void (*)(void))kernel_landlock_restrict, METH_FASTCALL,
+     "landlock_restrict(abi, fs, net, scoped, rules, ports): a Landlock ruleset on this thread."},
     {"clone_parent", kernel_clone_parent, METH_NOARGS,
      "clone_parent() -> int: fork as the caller's sibling (CLONE_PARENT); 0 in the child."},
     {"confine_waiter", (PyCFunction)(void (*)(void))kernel_confine_waiter, METH_FASTCALL,

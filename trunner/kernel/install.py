@@ -16,8 +16,6 @@ from trunner.kernel.abi import (
     PR_SET_DUMPABLE,
     PR_SET_PDEATHSIG,
     REPORT_FD,
-    S_IFDIR,
-    S_IFMT,
     SANDBOX_SETUP_EXIT,
     WAITER_FD,
 )
@@ -29,8 +27,11 @@ if TYPE_CHECKING:
 try:
     from trunner.kernel._kernel import (
         NR,
+        clear_capabilities as clear_capabilities,
         confine_waiter as confine_waiter,
         fork_init as _fork_init,
+        landlock_abi as landlock_abi,
+        landlock_restrict,
         loopback_up,
         seccomp_filter,
         syscall,
@@ -45,15 +46,6 @@ WAITER = __file__.rpartition("/")[0] + "/trunner-waiter"
 
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
-_PR_GET_NO_NEW_PRIVS = 39
-_PR_CAP_AMBIENT = 47
-_PR_CAP_AMBIENT_CLEAR_ALL = 4
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
-_LANDLOCK_CREATE_RULESET_VERSION = 1
-_LANDLOCK_RULE_PATH_BENEATH = 1
-_LANDLOCK_RULE_NET_PORT = 2
-_SOCK_FILTER_BYTES = 8
-_BPF_MAXINSNS = 4096
 _SIGSET_BYTES = 8  # the kernel's sigset_t (rt_sigaction's last argument)
 
 
@@ -121,19 +113,12 @@ def bring_loopback_up() -> None:
 
 
 def drop_capabilities(last_cap: int) -> None:
-    """Empty the bounding, ambient, effective, permitted and inheritable sets."""
+    """Empty the bounding set, then the ambient, effective, permitted and
+    inheritable sets (`clear_capabilities`: `_kernel.clear_capabilities`,
+    the code the waiters' confinement runs)."""
     for cap in range(last_cap + 1):
         _prctl(_PR_CAPBSET_DROP, cap, f"prctl(PR_CAPBSET_DROP, {cap})")
     clear_capabilities()
-
-
-def clear_capabilities() -> None:
-    """Empty the ambient, effective, permitted and inheritable sets."""
-    _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
-    # struct __user_cap_header_struct {u32 version; int pid}, then two
-    # zeroed __user_cap_data_struct {u32 effective, permitted, inheritable}.
-    header = _LINUX_CAPABILITY_VERSION_3.to_bytes(4, sys.byteorder) + bytes(4)
-    call("capset", header, bytes(24))
 
 
 def fork_init(done: int, closing: "tuple[int, ...]", bpf: bytes,
@@ -158,10 +143,6 @@ def set_no_new_privs() -> None:
     _prctl(_PR_SET_NO_NEW_PRIVS, 1, "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
-def has_no_new_privs() -> bool:
-    return _prctl(_PR_GET_NO_NEW_PRIVS, 0, "prctl(PR_GET_NO_NEW_PRIVS)") == 1
-
-
 def default_signal(sig: int) -> None:
     """Reset `sig` to its default action (below Python's own handler): a
     zeroed struct sigaction is SIG_DFL, no flags, an empty mask."""
@@ -182,19 +163,9 @@ def set_rlimit(resource: int, soft: int, hard: int) -> None:
     call("prlimit64", 0, resource, new, None, what=f"setrlimit({resource}, {soft}, {hard})")
 
 
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI; 0 where Landlock is absent or disabled."""
-    try:
-        return call("landlock_create_ruleset", None, 0, _LANDLOCK_CREATE_RULESET_VERSION)
-    except OSError as e:
-        if e.errno in (38, 95):  # ENOSYS, EOPNOTSUPP
-            return 0
-        raise
-
-
 def restrict_filesystem(
     abi: int, fs: int, net: int, scoped: int,
-    paths: "Sequence[tuple[str | int, int, int]]", ports: "list[tuple[int, int]]",
+    paths: "Sequence[tuple[str | int, int, int]]", ports: "Sequence[tuple[int, int]]",
 ) -> None:
     """Create a Landlock ruleset handling `fs`/`net`/`scoped` at `abi`, add
     each (path, rights on a dir, rights on a file) and (port, rights), and
@@ -202,53 +173,14 @@ def restrict_filesystem(
     CAP_SYS_ADMIN); a missing path or a refused rule raises and nothing is
     enforced. Paths are opened with O_PATH following symlinks, so a rule on
     /bin -> usr/bin covers its target; an int is a descriptor of the file
-    (no path: a session's command sees no /proc/self of its own yet)."""
-    kernel = landlock_abi()
-    if kernel < abi:
-        raise OSError(95, f"kernel Landlock ABI is {kernel}, the ruleset needs ABI {abi}",
-                      "landlock")
-    if not has_no_new_privs():
-        raise OSError(1, "PR_SET_NO_NEW_PRIVS is not set", "landlock_restrict_self")
-    size = 8 if abi < 4 else 16 if abi < 6 else 24  # struct landlock_ruleset_attr
-    ruleset = call("landlock_create_ruleset", _u64(fs, net, scoped)[:size], size, 0)
-    try:
-        for path, dir_rights, file_rights in paths:
-            try:
-                fd = (posix.dup(path) if isinstance(path, int)
-                      else posix.open(path, posix.O_PATH | posix.O_CLOEXEC))
-            except OSError as e:
-                raise OSError(e.errno, e.strerror, f"landlock_add_rule({path})") from None
-            try:
-                is_dir = posix.fstat(fd).st_mode & S_IFMT == S_IFDIR
-                rights = dir_rights if is_dir else file_rights
-                if rights:  # struct landlock_path_beneath_attr, packed: 12 bytes
-                    attr = _u64(rights) + fd.to_bytes(4, sys.byteorder, signed=True)
-                    _add_rule(ruleset, _LANDLOCK_RULE_PATH_BENEATH, attr,
-                              f"landlock_add_rule({path})")
-            finally:
-                posix.close(fd)
-        for port, rights in ports:
-            _add_rule(ruleset, _LANDLOCK_RULE_NET_PORT, _u64(rights, port),
-                      f"landlock_add_rule(tcp port {port})")
-        call("landlock_restrict_self", ruleset, 0)
-    finally:
-        posix.close(ruleset)
-
-
-def _add_rule(ruleset: int, rule_type: int, attr: bytes, what: str) -> None:
-    call("landlock_add_rule", ruleset, rule_type, attr, 0, what=what)
+    (no path: a session's command sees no /proc/self of its own yet).
+    `_kernel.landlock_restrict`, the code pid 1's ruleset runs."""
+    landlock_restrict(abi, fs, net, scoped, paths, ports)
 
 
 def install_seccomp(bpf: bytes) -> None:
     """Load `bpf` (struct sock_filter bytes compiled by the parent) as a
     seccomp filter on this thread. Needs NO_NEW_PRIVS (checked) and a
-    single thread; afterwards only the allow-list runs, so call it last."""
-    count, rest = divmod(len(bpf), _SOCK_FILTER_BYTES)
-    if rest or not 0 < count <= _BPF_MAXINSNS:
-        raise OSError(22, f"not a BPF program ({len(bpf)} bytes)", "seccomp")
-    if not has_no_new_privs():
-        raise OSError(1, "PR_SET_NO_NEW_PRIVS is not set", "seccomp")
-    try:
-        seccomp_filter(bpf)
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, "seccomp(SECCOMP_SET_MODE_FILTER)") from None
+    single thread; afterwards only the allow-list runs, so call it last.
+    `_kernel.seccomp_filter`, the code the waiters' filter runs."""
+    seccomp_filter(bpf)
