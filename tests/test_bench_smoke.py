@@ -138,7 +138,8 @@ def test_spawn_latency_quick_reports_every_figure(tmp_path: Path) -> None:
         assert positive(targets[name]["value"]), (name, targets[name])
 
 
-EXEC_ALWAYS = ("bare", "trunner_cold", "trunner_pool", "trunner_pool_echo", "python_floor")
+EXEC_ALWAYS = ("bare", "trunner_cold", "trunner_warm", "trunner_pool", "trunner_pool_echo",
+               "python_floor")
 EXEC_KEYS = ("wall_ms_per_run", "host_cpu_ms_per_run", "background_ms_per_run",
              "host_cpu_net_ms_per_run", "parent_cpu_ms_per_run")
 
@@ -166,17 +167,18 @@ def check_exec_block(block: dict[str, Any]) -> None:
         assert math.isfinite(fig["host_cpu_net_ms_per_run"]), name
     assert non_negative(block["idle"]["busy_ms_per_s"])
     assert len(block["idle"]["rounds"]) == block["settings"]["rounds"]
-    for name in ("trunner_pool", "trunner_pool_echo", "trunner_pool_c4"):
+    for name in ("trunner_pool", "trunner_pool_echo", "trunner_pool_c4", "trunner_warm",
+                 "trunner_warm_c4"):
         assert positive(block["pool_open_ms"][name]), name
     c4 = block["concurrency4"]
-    for name in ("trunner_pool", "trunner_cold", "bwrap"):
+    for name in ("trunner_pool", "trunner_warm", "trunner_cold", "bwrap"):
         if name == "bwrap" and variants["bwrap"] is None:
             assert c4["bwrap"] is None
             continue
         for key in ("per_s", "host_cpu_ms_per_inv", "latency_p50_ms"):
             assert positive(c4[name][key]), (name, key, c4[name])
     ratios = block["ratios"]
-    with_bwrap = ("cold_vs_bwrap_wall", "pool_vs_bwrap_wall")
+    with_bwrap = ("cold_vs_bwrap_wall", "pool_vs_bwrap_wall", "warm_vs_bwrap_wall")
     always = ("echo_pool_vs_python_wall", "echo_pool_vs_python_host_cpu_raw")
     for name in always + (with_bwrap if variants["bwrap"] is not None else ()):
         assert positive(ratios[name]), (name, ratios)
@@ -186,6 +188,7 @@ def check_exec_block(block: dict[str, Any]) -> None:
         assert r is None or positive(r), ratios
     targets = block["targets"]
     assert set(targets) == {"exec_pool_cpu_vs_bwrap", "exec_pool_wall_vs_bwrap",
+                            "exec_warm_cpu_vs_bwrap", "exec_c4_pool_vs_bwrap",
                             "echo_pool_cpu_vs_python"}
     for name, t in targets.items():
         assert t["status"] in ("PASS", "MISS", "n/a"), (name, t)
