@@ -122,10 +122,18 @@ class ForkServer:
 
     async def start(self) -> None:
         """Start the server now, not on the first run (a warm Runner's block:
-        its failure leaves the `async with`, and no run waits for it)."""
+        its failure leaves the `async with`, and no run waits for it).
+
+        Raises:
+            RunnerError: `spawn_failed`, naming the errno.
+        """
         async with self._lock:
             if self._server is None:
-                self._server = await on_spawn_thread(self._start)
+                try:
+                    self._server = await on_spawn_thread(self._start)
+                except OSError as e:
+                    raise RunnerError(Reason.SPAWN_FAILED, f"fork server: {e.strerror} (errno"
+                                      f" {e.errno})") from None
                 self.starts += 1
 
     def serving(self, mode: str) -> Spawner:
