@@ -84,21 +84,6 @@ def test_set_rlimit_is_setrlimit() -> None:
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] != 10
 
 
-def test_default_signal_resets_python_handler() -> None:
-    """A zeroed struct sigaction is SIG_DFL: SIGINT then kills the process
-    instead of raising KeyboardInterrupt."""
-    code = (
-        "import os, signal; from trunner.kernel import install\n"
-        "install.default_signal(signal.SIGINT)\n"
-        "os.kill(os.getpid(), signal.SIGINT)\n"
-        "print('survived')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == -2
-    assert done.stdout == ""
-    assert "KeyboardInterrupt" not in done.stderr
-
-
 def test_helper_imports_neither_ctypes_nor_os() -> None:
     """What the helper stage loads, as started (`python -I -S`)."""
     code = (

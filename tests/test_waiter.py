@@ -203,3 +203,20 @@ async def test_the_helper_and_pid_1_exec_the_waiter_from_a_descriptor(runner: ob
         await wait_until(lambda: len(waiters()) >= 2, 20, "the waiting helper and the jail's pid 1")
         assert {_exec_fn(pid) for pid in waiters()} == {f"/dev/fd/{WAITER_FD}".encode()}
         assert (await pool.run({"x": 1})).response == {"x": 1}
+
+
+async def test_pid_1_catches_and_blocks_no_signal(runner: object) -> None:
+    """Pid 1 (a vfork child that runs no Python, `_kernel.fork_init`) resets
+    the handlers the interpreter set before it forks pid 2 and execs the
+    waiter: the kernel shields a namespace's init from the signals it has no
+    handler for, and none is caught or blocked there (the interpreter's
+    ignored SIGPIPE and SIGXFSZ stay ignored, as across any exec)."""
+    from trunner import Runner
+
+    assert isinstance(runner, Runner)
+    grep = "grep -E '^(Name|SigBlk|SigIgn|SigCgt):' /proc/1/status"
+    result = await runner.exec(["sh", "-c", grep])
+    status = dict(line.split(":\t") for line in result.response.stdout.decode().splitlines())
+    ignored = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
+    assert status == {"Name": "trunner-waiter", "SigBlk": "0" * 16, "SigIgn": f"{ignored:016x}",
+                      "SigCgt": "0" * 16}, status

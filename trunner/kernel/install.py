@@ -46,7 +46,6 @@ WAITER = __file__.rpartition("/")[0] + "/trunner-waiter"
 
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
-_SIGSET_BYTES = 8  # the kernel's sigset_t (rt_sigaction's last argument)
 
 
 def call(name: str, *args: "int | bytes | None", what: str = "") -> int:
@@ -141,12 +140,6 @@ def set_cloexec(fd: int) -> None:
 
 def set_no_new_privs() -> None:
     _prctl(_PR_SET_NO_NEW_PRIVS, 1, "prctl(PR_SET_NO_NEW_PRIVS)")
-
-
-def default_signal(sig: int) -> None:
-    """Reset `sig` to its default action (below Python's own handler): a
-    zeroed struct sigaction is SIG_DFL, no flags, an empty mask."""
-    call("rt_sigaction", sig, bytes(32), None, _SIGSET_BYTES, what=f"signal({sig}, SIG_DFL)")
 
 
 def set_dumpable(on: bool) -> None:
