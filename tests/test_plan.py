@@ -193,18 +193,25 @@ def plan_of(jail: LinuxJail) -> tuple[helper.Plan, list[str]]:
     return helper._read_plan([argv[at], "3", *argv[at + 2:]])
 
 
+async def opened_plan(backend: LinuxBackend, jail_root: Path, limits: Limits,
+                      **options: Any) -> tuple[LinuxJail, helper.Plan, list[str]]:
+    """A jail of `/bin/true` opened (never started) with `options`, released;
+    it and its plan and adapter, as the helper reads them."""
+    jail_dir = tempfile.mkdtemp(dir=jail_root)
+    jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=("/bin/true",), limits=limits,
+                             **options)
+    try:
+        return (jail, *plan_of(jail))
+    finally:
+        await jail.release()
+        os.rmdir(jail_dir)
+
+
 @pytest.mark.parametrize("stdio", abi.STDIO_KINDS)
 async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path, stdio: str) -> None:
     backend = LinuxBackend(locate_worker())
     limits = Limits(processes=7)
-    jail_dir = tempfile.mkdtemp(dir=jail_root)
-    jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=("/bin/true",), limits=limits,
-                             stdio=stdio)
-    try:
-        read, adapter = plan_of(jail)
-    finally:
-        await jail.release()
-        os.rmdir(jail_dir)
+    jail, read, adapter = await opened_plan(backend, jail_root, limits, stdio=stdio)
     assert adapter == ["/bin/true"]
     seen = read_back(read)
     env = environment(DEFAULT_PROFILE.environment)
@@ -227,7 +234,7 @@ async def test_what_the_helper_reads_is_what_was_hashed(jail_root: Path, stdio: 
         assert document["process_limit"]["cgroup"] == CGROUP
     else:
         assert (seen["uid"], seen["gid"]) == (os.getuid(), os.getgid())
-    assert jail_dir not in repr(seen)
+    assert jail.jail_dir not in repr(seen)
     assert sorted(jail.command.env) == sorted(env)
 
 
@@ -246,14 +253,7 @@ async def test_a_session_commands_plan_is_what_its_version_hashed(jail_root: Pat
         assert s._started is not None
         session_jail = s._started.jail
         assert isinstance(session_jail, LinuxJail)
-        jail_dir = tempfile.mkdtemp(dir=jail_root)
-        jail = backend.open_jail(jail_dir=jail_dir, adapter_argv=("/bin/true",), limits=limits,
-                                 session=session_jail)
-        try:
-            read, _ = plan_of(jail)
-        finally:
-            await jail.release()
-            os.rmdir(jail_dir)
+        _, read, _ = await opened_plan(backend, jail_root, limits, session=session_jail)
     seen = read_back(read)
     assert isinstance(read.session, helper.InSession)
     assert (read.session.pid, read.session.start) == session_jail.init

@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Mapping  # noqa: TC003  annotates the Command dataclass: kept real
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, Protocol, Self, TypeVar
 
 import outcome
 import trio
@@ -351,7 +351,21 @@ def _close_quietly(fd: int) -> None:
             os.close(fd)
 
 
-class ColdSpawner:
+class Unowned:
+    """A spawner that stops nothing itself (the cold one, a view of a fork
+    server its owner closes): `aclose` and its `async with` do nothing."""
+
+    async def aclose(self) -> None:
+        pass
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+
+class ColdSpawner(Unowned):
     """The cold spawner: a fork and exec of the jail's command each run."""
 
     in_process = ""
@@ -390,15 +404,6 @@ class ColdSpawner:
 
     def serving(self, mode: str) -> ColdSpawner:
         return self
-
-    async def aclose(self) -> None:
-        pass
-
-    async def __aenter__(self) -> ColdSpawner:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        pass
 
 
 #: The one cold spawner (it holds nothing).

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from trunner.spawn import COLD, Child, S, Spawner
+from trunner.spawn import COLD, Child, S, Spawner, Unowned
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -81,7 +81,7 @@ class Warm:
             self._settled = trio.Event()
 
 
-class Lease:
+class Lease(Unowned):
     """One run's hold on a warm block's server: a `Spawner` for one spawn."""
 
     def __init__(self, warm: Warm, spawner: Spawner) -> None:
@@ -112,9 +112,6 @@ class Lease:
 
     async def aclose(self) -> None:
         self.give_back()
-
-    async def __aenter__(self) -> Lease:
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
         self.give_back()

@@ -46,7 +46,7 @@ from trunner.errors import Reason, RunnerError
 from trunner.kernel import abi
 from trunner.linux import watchdog
 from trunner.procfs import parent as _parent_of
-from trunner.spawn import Child, RunPipes, S, abandon, on_spawn_thread
+from trunner.spawn import Child, RunPipes, S, Unowned, abandon, on_spawn_thread
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -254,7 +254,7 @@ class ForkServer:
         return _Server(popen, pidfd, control, err_r)
 
 
-class _Serving:
+class _Serving(Unowned):
     """A `ForkServer` for jails of one mode; its owner closes the server."""
 
     def __init__(self, server: ForkServer, mode: str) -> None:
@@ -273,15 +273,6 @@ class _Serving:
 
     def serving(self, mode: str) -> Spawner:
         return self._server.serving(mode)
-
-    async def aclose(self) -> None:
-        pass
-
-    async def __aenter__(self) -> _Serving:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        pass
 
 
 async def _hold(pid: int, link: socket.socket, jail: Spawnable) -> int:
