@@ -63,10 +63,10 @@ JAIL_PATH = "/usr/local/bin:/usr/bin:/bin"
 JOBS = 4
 #: A build: compilers start threads and processes (rustc, javac: 64 is ample).
 BUILD = Limits(wall_time_s=120, cpu_time_s=120, processes=64, stdout_max_bytes=32 * MiB)
-#: The JVM's `processes` floor on 2 CPUs, G1 (docs/toolchains.md: 15 to 21,
-#: 21 the highest); `-XX:ActiveProcessorCount=2` makes it size its thread
-#: pools as there on a host of any size.
-JAVA_PROCESSES = 21
+#: The JVM's `processes` floor on 2 CPUs, G1 (docs/toolchains.md: 15 to 22,
+#: 22 the highest, every late GC thread started); `-XX:ActiveProcessorCount=2`
+#: makes it size its thread pools as there on a host of any size.
+JAVA_PROCESSES = 22
 #: Node's floor (docs/toolchains.md; below 7 it hangs).
 NODE_PROCESSES = 8
 #: A native program or Python: itself and a few.
