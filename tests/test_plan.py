@@ -26,7 +26,7 @@ from trunner import Limits, helper
 from trunner.jail import HostSupport, ProcessLimit
 from trunner.kernel import abi, mounts
 from trunner.linux import seccomp
-from trunner.linux.backend import LinuxBackend, LinuxJail
+from trunner.linux.backend import PREPARED_KEPT, LinuxBackend, LinuxJail
 from trunner.linux.plan import (
     CGROUP,
     HOST_GID,
@@ -274,6 +274,21 @@ def test_plain_values_keep_every_field_and_its_kind() -> None:
     assert data["process_limit"]["kind"] == type(plan.process_limit).__struct_config__.tag
     assert {op["op"] for op in data["root_ops"]} == {
         "scratch", "bind", "dir", "symlink", "file", "host_proc"}
+
+
+def test_a_backend_keeps_the_plans_of_its_most_recent_limits_only() -> None:
+    """A caller that passes new limits on every call (a judge's per-problem
+    ones, say) does not grow the backend without bound."""
+    backend = LinuxBackend(locate_worker())
+    hot, one = backend.prepared(Limits()), backend.prepared(Limits(wall_time_s=1))
+    for n in range(2, 3 * PREPARED_KEPT):
+        backend.prepared(Limits(wall_time_s=n))
+        backend.prepared(Limits(wall_time_s=n), "pty")
+        assert backend.prepared(Limits()) is hot  # used on every call: kept
+        assert len(backend._prepared) <= PREPARED_KEPT
+    again = backend.prepared(Limits(wall_time_s=1))
+    assert again is not one  # let go, and made anew
+    assert again.version == one.version
 
 
 def _host() -> HostSupport:

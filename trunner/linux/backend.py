@@ -78,6 +78,9 @@ RULES_SCHEMA: int = 3
 #: The first kernel that mounts overlayfs in a user namespace (a non-root
 #: caller's image /etc).
 OVERLAY_USERNS_KERNEL = (5, 11)
+#: How many limits' plans a backend keeps (each a few KiB; making one
+#: anew costs about a millisecond).
+PREPARED_KEPT = 64
 #: How long teardown waits for the jail's pid 1 (and so its PID namespace)
 #: to be gone after the group kill; SIGKILL is delivered asynchronously.
 GONE_BOUND_S = 1.0
@@ -461,6 +464,8 @@ class LinuxBackend:
     #: host's memory cgroup, which `settle()` may change).
     _bpf: dict[seccomp.SeccompPolicy, bytes] = field(default_factory=dict, repr=False)
     _launch: tuple[str, ...] | None = field(default=None, repr=False)
+    #: The plans made, by limits, the most recently used last: at most
+    #: `PREPARED_KEPT` (a caller may pass new limits on every call).
     _prepared: dict[Limits | tuple[Limits, str, bool], Prepared] = field(default_factory=dict,
                                                                     repr=False)
     _ids_checked: bool = field(default=False, repr=False)
@@ -671,39 +676,41 @@ class LinuxBackend:
         """The plan and the rules version for runs with `limits` (and
         `stdio`, `abi.STDIO_KINDS`; `session`: a session's command, whose
         plan joins a session's pid 1), made once."""
-        if stdio != "pipes" or session:
-            done = self._prepared.get((limits, stdio, session))
-            if done is None:
-                plan = msgspec.structs.replace(self.prepared(limits).plan, stdio=stdio)
-                if session:  # a command's, its session's pid 1 a placeholder
-                    plan = _session_plan(plan, limits, (0, 0))
-                document = self._document(limits, plan, self.host_paths())
-                done = Prepared(plan, document, digest(document))
-                self._prepared[(limits, stdio, session)] = done
-            return done
-        done = self._prepared.get(limits)
+        key = limits if stdio == "pipes" and not session else (limits, stdio, session)
+        done = self._prepared.pop(key, None)
         if done is None:
-            self._ensure_image()
-            policy = seccomp_policy_for(self.profile, self.probe())
-            if policy not in self._bpf:
-                try:
-                    self._bpf[policy] = seccomp.build_bpf(policy)
-                except RuntimeError as e:  # libseccomp unusable: a layer that does not hold
-                    raise RunnerError(Reason.SANDBOX_SETUP, f"seccomp: {e}") from e
-            paths = self.host_paths()
-            plan = plan_jail(limits, self.probe(), paths, self.profile,
-                             import_paths=self.import_paths, binds=self._binds, etc=self._etc,
-                             parent_pid=os.getpid(),
-                             landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip,
-                             seccomp_bpf=self._bpf[policy], sample_memory=self.sample_memory,
-                             image=self._image, interpreter=self._interpreter)
-            if not self.probe().is_root:
-                _refuse_locked_submounts(plan)
-            plan = with_masks(plan, self._sockets_shown(plan))
-            document = self._document(limits, plan, paths)
-            done = Prepared(plan, document, digest(document))
-            self._prepared[limits] = done
+            done = self._prepare(limits, stdio, session)
+            if len(self._prepared) >= PREPARED_KEPT:
+                del self._prepared[next(iter(self._prepared))]  # the least recently used
+        self._prepared[key] = done
         return done
+
+    def _prepare(self, limits: Limits, stdio: str, session: bool) -> Prepared:
+        if stdio != "pipes" or session:
+            plan = msgspec.structs.replace(self.prepared(limits).plan, stdio=stdio)
+            if session:  # a command's, its session's pid 1 a placeholder
+                plan = _session_plan(plan, limits, (0, 0))
+            document = self._document(limits, plan, self.host_paths())
+            return Prepared(plan, document, digest(document))
+        self._ensure_image()
+        policy = seccomp_policy_for(self.profile, self.probe())
+        if policy not in self._bpf:
+            try:
+                self._bpf[policy] = seccomp.build_bpf(policy)
+            except RuntimeError as e:  # libseccomp unusable: a layer that does not hold
+                raise RunnerError(Reason.SANDBOX_SETUP, f"seccomp: {e}") from e
+        paths = self.host_paths()
+        plan = plan_jail(limits, self.probe(), paths, self.profile,
+                         import_paths=self.import_paths, binds=self._binds, etc=self._etc,
+                         parent_pid=os.getpid(),
+                         landlock_abi=self.abi(), unsafe_skip=self.unsafe_skip,
+                         seccomp_bpf=self._bpf[policy], sample_memory=self.sample_memory,
+                         image=self._image, interpreter=self._interpreter)
+        if not self.probe().is_root:
+            _refuse_locked_submounts(plan)
+        plan = with_masks(plan, self._sockets_shown(plan))
+        document = self._document(limits, plan, paths)
+        return Prepared(plan, document, digest(document))
 
     def _caller_paths(self) -> list[str]:
         """The paths bound at their own path that are the caller's, not the
