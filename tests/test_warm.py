@@ -7,8 +7,10 @@ begun in a block is left without its leader when the last one ends."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -20,7 +22,7 @@ import trio
 import trio.testing
 
 import trunner.linux.forkclient
-from conftest import TESTS_DIR, child_pids
+from conftest import TESTS_DIR, child_pids, open_fds
 from support import (
     a_killed_parent_leaves_nothing,
     is_alive,
@@ -192,6 +194,34 @@ async def test_a_failed_run_in_a_block_keeps_its_reason(runner: Runner) -> None:
                               limits=runner.limits.replace(stdout_max_bytes=100))
         assert info.value.reason is Reason.STDOUT_CAP
         assert runner._warm._pending == 0
+        assert _server(runner).starts == 1
+
+
+async def test_a_server_that_cannot_start_fails_its_block_and_leaves_nothing(
+        runner: Runner) -> None:
+    """Its descriptors run out (EMFILE, this process's RLIMIT_NOFILE just
+    above those open): entering the block is `spawn_failed` naming the
+    errno, no run waits for it, nothing it opened stays open, and the next
+    block starts a server as usual."""
+    assert (await runner.exec(["/bin/true"])).response.exit_code == 0  # the backend's files read
+    before = open_fds()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest_free = os.dup(0)
+    os.close(lowest_free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+    try:
+        with pytest.raises(RunnerError) as info:
+            async with runner.warm():
+                pytest.fail("the block was entered")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert info.value.reason is Reason.SPAWN_FAILED
+    assert f"fork server: Too many open files (errno {errno.EMFILE})" in str(info.value)
+    assert runner._warm.server is None
+    assert open_fds() == before
+    assert child_pids() == []
+    async with runner.warm():
+        assert (await runner.exec(["/bin/true"])).response.exit_code == 0
         assert _server(runner).starts == 1
 
 
