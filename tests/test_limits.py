@@ -49,6 +49,7 @@ def test_defaults_and_presets_are_valid() -> None:
         ("processes", 0),
         ("processes", True),
         ("open_files", "64"),
+        ("open_files", 31),  # trunner's own processes in the jail hold up to 18
     ],
 )
 def test_bad_values_name_the_field_in_code_and_from_config(field: str, value: Any) -> None:

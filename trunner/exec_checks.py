@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 #: program's start, and still reports; the parent's deadline, counted from
 #: the request's write, is the backstop of an adapter that cannot.
 EXEC_DEADLINE_GRACE_S = 1.0
+#: The fewest `processes` an exec run may have: the adapter (the jail's
+#: pid 2, in the run's count) and the program it starts.
+EXEC_PROCESSES = 2
 
 
 def _refuse(detail: str) -> RunnerError:
@@ -238,6 +241,9 @@ def exec_request(
     Raises:
         RunnerError: `bad_request`, before anything is spawned.
     """
+    if limits.processes < EXEC_PROCESSES:
+        raise _refuse(f"processes={limits.processes}: an exec run's processes are its adapter,"
+                      f" which starts the program, and the program: {EXEC_PROCESSES} at least")
     with only_runner_errors():
         checked_argv = check_argv(argv)
         stdin = check_stdin(stdin)

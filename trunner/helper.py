@@ -75,9 +75,9 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
             ("memory", _limit_memory, plan.memory),
             # 3b. the run's CPU accounting cgroup (v1 cpuacct), likewise.
             ("cpu", _account_cpu, plan.cpu),
-            # 4. rlimits before unshare.
-            ("rlimits", _set_rlimits, plan.rlimits),
             *(_own_jail(plan) if plan.session is None else [
+                # 4. rlimits, while the caller's rights hold.
+                ("rlimits", _set_rlimits, plan.rlimits),
                 # 5-8 in a session's command: its namespaces joined, a PID
                 # namespace, a mount-namespace copy and a cgroup namespace
                 # unshared (the root, its scratch and files are the session's).
@@ -127,7 +127,7 @@ def main(argv: "list[str]", serve: "Callable[[str], object] | None" = None,
 
 
 def _own_jail(plan: "Plan") -> "list[tuple[str, Callable[..., None], *tuple[object, ...]]]":
-    """Steps 5-8b of a jail of its own: its namespaces and its root."""
+    """Steps 5-8b of a jail of its own: its namespaces, its root, its rlimits."""
     return [
         # 5. not root: a user namespace of the caller's own ids, for the
         #    right to mount (real root has it already).
@@ -143,6 +143,11 @@ def _own_jail(plan: "Plan") -> "list[tuple[str, Callable[..., None], *tuple[obje
         #    then pivoted into.
         ("root", _build_root, plan.staging, plan.scratch, plan.root_ops,
          plan.uid, plan.gid),
+        # 6b. rlimits: after the root, whose own files are written under
+        #     the caller's bounds (`file_size_bytes` 0 is the program's, not
+        #     /etc/passwd's); before 7, while a root caller may still raise
+        #     a hard limit.
+        ("rlimits", _set_rlimits, plan.rlimits),
         # 7. the jail's host ids: a root caller drops to them here, groups
         #    cleared, before any namespace that would keep host uid 0.
         ("identity", _take_identity, plan.uid, plan.gid),

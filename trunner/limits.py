@@ -59,7 +59,10 @@ class Limits(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     #: memory cgroup, else AUTO_ADDRESS_SPACE_BYTES. A number holds everywhere.
     address_space_bytes: Annotated[int, Meta(ge=64 * MiB, le=2**46)] | Literal["auto"] = AUTO
     processes: Annotated[int, Meta(ge=1, le=4096)] = 32
-    open_files: Annotated[int, Meta(ge=16, le=65536)] = 256
+    #: RLIMIT_NOFILE of each process: at least 32, as trunner's own
+    #: processes in the jail (its helper and adapter, under the same limit)
+    #: hold up to 18 descriptors before the program starts.
+    open_files: Annotated[int, Meta(ge=32, le=65536)] = 256
     #: RLIMIT_FSIZE of each process (so also the bound of each memfd, and of
     #: each `exec` input file), or "auto" (AUTO): `scratch_bytes` (and
     #: `AUTO_FILE_SIZE_SLACK_BYTES`), so that one file may fill the scratch

@@ -482,6 +482,9 @@ async def open_session(backend: JailBackend, exec_argv: Sequence[str], limits: L
     for name, value in (("idle_s", idle_s), ("lifetime_s", lifetime_s)):
         if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
             raise RunnerError(Reason.BAD_REQUEST, f"{name} must be a positive number of seconds")
+    if limits.processes < exec_checks.EXEC_PROCESSES:
+        raise RunnerError(Reason.BAD_REQUEST, f"processes={limits.processes}: a session's commands"
+                          f" are exec runs, {exec_checks.EXEC_PROCESSES} processes at least")
     session = Session(backend, exec_argv, limits, temp_root, idle_s=idle_s,
                       lifetime_s=lifetime_s)
     raised: BaseException | None = None
