@@ -100,6 +100,7 @@ async def _answers(runner: Runner, limits: Limits) -> AsyncIterator[dict[str, ob
             got[name] = await path()
         except RunnerError as e:
             got[name] = e.reason
+            print(name, e)
     yield got
     assert child_pids() == []
 
@@ -111,11 +112,11 @@ async def test_every_way_of_running_starts_at_a_fields_smallest_value(
     async with _answers(runner, limits) as got:
         if field == "processes":  # 1: the program's run has no room for it
             assert got == {**dict.fromkeys(got, Reason.BAD_REQUEST),
-                           "builtin": b"hi\n", "user_mode": b"hi\n"}
+                           "builtin": b"hi\n", "user_mode": b"hi\n"}, got
         elif field == "file_size_bytes":  # 0: an input file is over it, refused
-            assert got == {**dict.fromkeys(got, b"hi\n"), "files": Reason.BAD_REQUEST}
+            assert got == {**dict.fromkeys(got, b"hi\n"), "files": Reason.BAD_REQUEST}, got
         else:
-            assert got == dict.fromkeys(got, b"hi\n")
+            assert got == dict.fromkeys(got, b"hi\n"), got
 
 
 async def test_the_smallest_values_hold_for_the_program(runner: Runner) -> None:

@@ -154,14 +154,21 @@ async def test_a_run_begun_in_a_block_is_spawned_before_the_server_stops(
     async def one() -> None:
         results.append((await runner.exec(["/bin/echo", "ok"])).response.exit_code)
 
+    async def let_go(pid: int) -> None:
+        await trio.testing.wait_all_tasks_blocked()  # the block's end waits
+        assert is_alive(pid)
+        os.kill(pid, signal.SIGCONT)
+
     async with trio.open_nursery() as nursery:
         async with runner.warm():
             server = _server(runner)
             pid = server.pid
             assert pid is not None
+            os.kill(pid, signal.SIGSTOP)  # it answers no request until let go
             nursery.start_soon(one)
             await trio.testing.wait_all_tasks_blocked()
             assert runner._warm._pending == 1  # it took the server, and waits for its leader
+            nursery.start_soon(let_go, pid)
         assert not is_alive(pid)  # stopped once the run had its leader
     assert results == [0]
     assert (server.starts, server.losses) == (1, 0)
