@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import msgspec.inspect as mi
 import pytest
+from test_stream import read_until
 
 from conftest import child_pids
 from support import run_code
@@ -78,11 +79,11 @@ def _paths(runner: Runner, limits: Limits) -> dict[str, Callable[[], Awaitable[A
         async with runner.open_process(["/bin/cat"], limits=limits) as p:
             await p.stdin.send_all(b"hi\n")
             await p.stdin.aclose()
-            return await p.stdout.receive_some()
+            return await read_until(p.stdout, b"")
 
     async def pty() -> Any:
         async with runner.open_process(["/bin/echo", "hi"], limits=limits, pty=True) as p:
-            return (await p.stdout.receive_some()).replace(b"\r\n", b"\n")
+            return (await read_until(p.stdout, b"")).replace(b"\r\n", b"\n")  # in pieces, maybe
 
     async def session() -> Any:
         async with runner.session(limits=limits) as s:
