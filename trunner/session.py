@@ -335,21 +335,16 @@ class Session:
         raise RunnerError(Reason.SANDBOX_SETUP, "the session's jail did not say it was ready"
                           f" within wall_time_s (exit {child.exit_code})")
 
-    async def _watch(self) -> None:
+    async def _watch(self, pidfd: int) -> None:
         """End the session at `lifetime_s`, after `idle_s` without a command,
-        or when its jail ends by itself."""
-        assert self._started is not None
-        child = self._started.child
+        or when its jail ends by itself (`pidfd`, the jail's leader's: a
+        copy of its own, as `aclose` waits on and closes the child's)."""
         why = ""
         async with trio.open_nursery() as nursery:
 
             async def jail_ended() -> None:
                 nonlocal why
-                pidfd = os.dup(child.pidfd)  # `aclose` waits on the child's own
-                try:
-                    await trio.lowlevel.wait_readable(pidfd)
-                finally:
-                    os.close(pidfd)
+                await trio.lowlevel.wait_readable(pidfd)
                 why = why or "its jail ended (its pid 2 exited)"
                 nursery.cancel_scope.cancel()
 
@@ -491,17 +486,24 @@ async def open_session(backend: JailBackend, exec_argv: Sequence[str], limits: L
     with invocation.only_runner_errors():
         async with session._spawner, session._files_spawner:
             await session._start()  # its refusal leaves as itself
-            async with trio.open_nursery() as nursery:
-                session._nursery = nursery
-                nursery.start_soon(session._watch)
-                try:
-                    yield session
-                except BaseException as e:  # re-raised below, outside the nursery: as itself
-                    raised = e
-                finally:
-                    session.ended = session.ended or "its async with ended"
-                    nursery.cancel_scope.cancel()
-                    await session.aclose()
+            assert session._started is not None
+            # Taken now: the watcher may first run once the body has ended
+            # and `aclose` has closed the child's own.
+            pidfd = os.dup(session._started.child.pidfd)
+            try:
+                async with trio.open_nursery() as nursery:
+                    session._nursery = nursery
+                    nursery.start_soon(session._watch, pidfd)
+                    try:
+                        yield session
+                    except BaseException as e:  # re-raised below, outside the nursery: as itself
+                        raised = e
+                    finally:
+                        session.ended = session.ended or "its async with ended"
+                        nursery.cancel_scope.cancel()
+                        await session.aclose()
+            finally:
+                os.close(pidfd)
     if raised is not None:
         try:
             raise raised
