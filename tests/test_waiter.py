@@ -195,9 +195,14 @@ async def test_the_helper_and_pid_1_exec_the_waiter_from_a_descriptor(runner: ob
     from trunner.helper import WAITER_FD
 
     assert isinstance(runner, Runner)
+    def exe(pid: int) -> str:
+        try:
+            return os.path.realpath(f"/proc/{pid}/exe", strict=True)
+        except OSError:  # gone since it was listed (a leader's short-lived fork)
+            return ""
+
     def waiters() -> list[int]:
-        return [pid for pid in _descendants(os.getpid())
-                if os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(WAITER)]
+        return [pid for pid in _descendants(os.getpid()) if exe(pid) == os.path.realpath(WAITER)]
 
     async with runner.pool("echo", size=1) as pool:
         await wait_until(lambda: len(waiters()) >= 2, 20, "the waiting helper and the jail's pid 1")
