@@ -62,18 +62,23 @@ def _limits(when: str, processes: int) -> Limits | None:
     return Limits(**base)  # type: ignore[arg-type]
 
 
-async def _run(runner: Runner, program: str, limits: Limits,
+async def _inputs(runner: Runner, program: str) -> dict[str, bytes]:
+    """The files `program` runs on: `java Main` the class, built once."""
+    if program != "java Main":
+        return {"Main.java": MAIN}
+    built = (await runner.exec(["javac", "Main.java"], files={"Main.java": MAIN},
+                               collect=["Main.class"],
+                               limits=Limits(processes=64, wall_time_s=scaled(60),
+                                             cpu_time_s=scaled(60)))).response
+    return {"Main.class": built.files[0].data}
+
+
+async def _run(runner: Runner, program: str, files: dict[str, bytes], limits: Limits,
                every_thread: bool = False) -> tuple[int | None, str]:
     flag = [EVERY_THREAD] if every_thread else []
     argv = {"java Main": ["java", *flag, "Main"],
             "javac Main.java": ["javac", *[f"-J{f}" for f in flag], "Main.java"],
             "node -e": ["node", "-e", "console.log(6 * 7)"]}[program]
-    files: dict[str, bytes] = {"Main.java": MAIN}
-    if program == "java Main":
-        built = (await runner.exec(["javac", "Main.java"], files=files, collect=["Main.class"],
-                                   limits=Limits(processes=64, wall_time_s=scaled(60),
-                                                 cpu_time_s=scaled(60)))).response
-        files = {"Main.class": built.files[0].data}
     r = (await runner.exec(argv, files=files, limits=limits)).response
     return r.exit_code, (r.stdout + r.stderr).decode(errors="replace")
 
@@ -90,11 +95,12 @@ async def test_a_runtime_runs_at_its_floor_and_not_below(jail_root: Path, row: i
         pytest.skip(f"the row is for {when.split(',')[0]}")
     runner = make_runner(temp_root=str(jail_root))
     jvm = runtime.startswith("OpenJDK")
+    files = await _inputs(runner, program)
     for every_thread in (False, True) if jvm else (False,):
-        code, out = await _run(runner, program, at, every_thread)
+        code, out = await _run(runner, program, files, at, every_thread)
         assert code == 0, out
         assert not any(w in out for w in WARNINGS), out
-    code, out = await _run(runner, program, under, jvm)
+    code, out = await _run(runner, program, files, under, jvm)
     message = re.search(r"`([^`]+)` on (stdout|stderr)", below)
     assert message is not None, below
     assert message[1] in out, out
